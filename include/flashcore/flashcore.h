@@ -1,0 +1,105 @@
+// FlashCore public host API.
+//
+// Everything a caller needs: non-owning tensor views, the arguments of one attention call, and
+// the call itself. No CUDA header is included: a stream is passed as the opaque CUstream_st*
+// that cudaStream_t and CUstream both are.
+//
+// Semantics (see shared ARCHITECTURE.md):
+//   q   [batch, seqlen_q, heads_q,  head_dim]     out like q
+//   k,v [batch, seqlen_k, heads_kv, head_dim]     lse [batch, heads_q, seqlen_q] float32 (optional)
+//   any strides (in elements) with the last dimension contiguous; base pointers 16-byte aligned.
+//   out = softmax(q k^T * softmax_scale) v, softmax_scale defaults to 1/sqrt(head_dim).
+//   causal: query i sees key j <= i + seqlen_k - seqlen_q (bottom-right aligned).
+//   A query row with no visible key gives out = 0 and lse = -inf.
+//   GQA/MQA: heads_q a multiple of heads_kv; query head h reads kv head h / (heads_q / heads_kv).
+//   A zero-sized batch, sequence or head count is a valid no-op.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+
+namespace flashcore {
+
+// Every error the library reports: invalid arguments (the message names the argument, the value
+// and what was expected) and CUDA failures (the message carries the CUDA error string).
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32 };
+enum class DeviceType : uint8_t { kCPU, kCUDA };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int index = 0;
+};
+
+// kAuto picks the fastest backend that supports the call: sm90 on Hopper, sm80 on Ampere and
+// later, cpu for host tensors. kReference is the float64 oracle the tests compare against.
+enum class Backend : uint8_t { kAuto, kReference, kCPU, kSM80, kSM90 };
+
+inline constexpr int kMaxDims = 4;
+
+// A non-owning view of a strided tensor. Shape and strides are in elements.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kFloat16;
+  Device device{};
+  int ndim = 0;
+  std::array<int64_t, kMaxDims> shape{};
+  std::array<int64_t, kMaxDims> strides{};
+
+  int64_t numel() const;
+  bool is_contiguous() const;
+};
+
+// A contiguous (row-major) view of the given shape.
+TensorView make_tensor(void* data, DType dtype, Device device, std::vector<int64_t> shape);
+
+// A view with explicit strides (in elements), e.g. a BHSD tensor seen as BSHD.
+TensorView make_strided_tensor(void* data, DType dtype, Device device, std::vector<int64_t> shape,
+                               std::vector<int64_t> strides);
+
+struct AttentionArgs {
+  TensorView q;
+  TensorView k;
+  TensorView v;
+  TensorView out;
+  std::optional<TensorView> lse;        // float32 [batch, heads_q, seqlen_q], last dim contiguous
+  std::optional<float> softmax_scale;   // default 1/sqrt(head_dim)
+  bool causal = false;
+  Backend backend = Backend::kAuto;
+  CUstream_st* stream = nullptr;        // CUDA backends only; nullptr is the legacy default stream
+};
+
+// Validates every argument (throws Error before anything runs), picks the backend and runs.
+// CUDA backends are asynchronous on args.stream. Returns the backend that ran.
+Backend attention_forward(const AttentionArgs& args);
+
+// The backend attention_forward would choose, or an Error explaining why none fits.
+Backend select_backend(const AttentionArgs& args);
+
+// Whether a backend was compiled in and can run on this machine (a GPU of the right arch present).
+bool backend_available(Backend backend, int device_index = 0);
+
+// Head dimensions a backend has kernels for (empty for cpu/reference: any head_dim works).
+std::vector<int> supported_head_dims(Backend backend);
+
+const char* to_string(Backend backend);
+const char* to_string(DType dtype);
+size_t dtype_size(DType dtype);
+// Parses "auto", "reference", "cpu", "sm80", "sm90"; throws Error naming the value otherwise.
+Backend parse_backend(const std::string& name);
+// Parses "fp16"/"float16", "bf16"/"bfloat16", "fp32"/"float32".
+DType parse_dtype(const std::string& name);
+
+const char* version();
+
+}  // namespace flashcore

@@ -1,0 +1,67 @@
+// Mask policies: which (query row, key column) pairs are visible, and which KV tiles a query tile
+// must visit. Producer and consumer roles of a kernel both take their loop bounds from here, so
+// the trip count is computed in exactly one place.
+#pragma once
+
+#include "common/params.h"
+
+namespace flashcore::detail {
+
+FC_HOST_DEVICE int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The KV tiles [begin, end) a query tile visits, and the first tile from which elements need a
+// per-element mask (tiles before it are fully visible and skip the mask arithmetic).
+struct KvTileRange {
+  int begin = 0;
+  int end = 0;
+  int first_masked = 0;
+  FC_HOST_DEVICE int count() const { return end > begin ? end - begin : 0; }
+};
+
+template <bool kCausal>
+struct MaskPolicy {
+  static constexpr bool kIsCausal = kCausal;
+
+  int seqlen_q;
+  int seqlen_k;
+  int causal_offset;  // query row i sees key column j iff j <= i + causal_offset
+
+  FC_HOST_DEVICE MaskPolicy(const AttentionParams& params, int batch_index)
+      : seqlen_q(params.seqlen_q_of(batch_index)),
+        seqlen_k(params.seqlen_k_of(batch_index)),
+        causal_offset(params.causal_offset(batch_index)) {}
+
+  // KV tiles of block_n columns visited by the query rows [m_begin, m_begin + block_m).
+  FC_HOST_DEVICE KvTileRange kv_tiles(int m_begin, int block_m, int block_n) const {
+    KvTileRange range;
+    int key_end = seqlen_k;  // one past the last column any row of the tile may see
+    if (kCausal) {
+      const int last_row = min_int(m_begin + block_m, seqlen_q) - 1;
+      key_end = min_int(key_end, last_row + causal_offset + 1);
+    }
+    range.end = key_end > 0 ? ceil_div(key_end, block_n) : 0;
+    // Tiles from first_masked on hold a column past seqlen_k or past the diagonal of the tile's
+    // first row.
+    int first_unsafe_col = seqlen_k;
+    if (kCausal) first_unsafe_col = min_int(first_unsafe_col, m_begin + causal_offset + 1);
+    first_unsafe_col = first_unsafe_col > 0 ? first_unsafe_col : 0;
+    range.first_masked = first_unsafe_col / block_n;
+    return range;
+  }
+
+  FC_HOST_DEVICE bool visible(int row, int col) const {
+    if (col >= seqlen_k) return false;
+    return !kCausal || col <= row + causal_offset;
+  }
+
+  // One past the last visible column of a row (columns [0, limit) are visible).
+  FC_HOST_DEVICE int col_limit(int row) const {
+    if (!kCausal) return seqlen_k;
+    return min_int(seqlen_k, row + causal_offset + 1);
+  }
+
+ private:
+  FC_HOST_DEVICE static int min_int(int a, int b) { return a < b ? a : b; }
+};
+
+}  // namespace flashcore::detail
