@@ -1,0 +1,151 @@
+// flashcore-bench: times FlashCore attention and checks every result against the float64
+// reference. Flags: options.cpp (--help); shapes: grids.cpp; one run: runner.cpp.
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu.h"
+#include "grids.h"
+#include "options.h"
+#include "report.h"
+#include "runner.h"
+
+namespace fb = flashcore::bench;
+using flashcore::Backend;
+
+namespace {
+
+constexpr int kExitPass = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// Defaults per place: GPU timing follows BENCHMARKS.md (median of >= 30); the CPU backends are
+// ~1000x slower, so a few runs; the float64 reference is only checked, timed once.
+struct IterationDefaults {
+  int warmup, iters;
+};
+constexpr IterationDefaults kGpuDefaults{10, 30};
+constexpr IterationDefaults kCpuDefaults{1, 5};
+constexpr IterationDefaults kReferenceDefaults{0, 1};
+
+bool runs_on_host(Backend backend) { return !fb::runs_on_gpu(backend); }
+
+std::vector<Backend> requested_backends(const fb::BenchOptions& options, bool no_shape_flags) {
+  if (options.backend == "all") {
+    std::vector<Backend> backends;
+    for (const Backend b : {Backend::kSM90, Backend::kSM80, Backend::kCPU, Backend::kReference}) {
+      if (flashcore::backend_available(b)) {
+        backends.push_back(b);
+      }
+    }
+    return backends;
+  }
+  const Backend backend = flashcore::parse_backend(options.backend);
+  // The no-flag default also runs the reference backend, so a first run exercises both paths.
+  if (no_shape_flags && options.grid.empty() && backend == Backend::kAuto) {
+    return {Backend::kAuto, Backend::kReference};
+  }
+  return {backend};
+}
+
+fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, uint64_t seed) {
+  IterationDefaults defaults = kGpuDefaults;
+  if (backend == Backend::kReference) {
+    defaults = kReferenceDefaults;
+  } else if (runs_on_host(backend)) {
+    defaults = kCpuDefaults;
+  }
+  fb::RunSettings settings;
+  settings.warmup = options.warmup.value_or(defaults.warmup);
+  settings.iters = options.iters.value_or(defaults.iters);
+  settings.check_rows = options.check_rows;
+  settings.seed = seed;
+  return settings;
+}
+
+// The standard grid is 7e10 to 2e12 FLOPs per config: hours on the CPU backends. An explicit
+// CPU backend is refused (exit 2); with --backend all they are dropped with a note.
+void fit_backends_to_grid(const fb::BenchOptions& options, std::vector<Backend>& backends) {
+  if (options.grid != "standard") {
+    return;
+  }
+  if (options.backend != "all") {
+    if (runs_on_host(backends.front())) {
+      throw fb::UsageError(
+          "--grid standard is sized for GPUs (7e10 to 2e12 FLOPs per config) and backend " +
+          std::string(flashcore::to_string(backends.front())) +
+          " runs on the CPU here (hours); use --grid small or a single config instead");
+    }
+    return;
+  }
+  const auto host_end = std::remove_if(backends.begin(), backends.end(), runs_on_host);
+  if (host_end != backends.end()) {
+    std::cerr << "note: --grid standard skips the CPU backends (cpu, reference): too slow\n";
+    backends.erase(host_end, backends.end());
+  }
+  if (backends.empty()) {
+    throw fb::UsageError("--grid standard needs a GPU backend, and none is available here");
+  }
+}
+
+int run(const fb::BenchOptions& options) {
+  std::vector<Backend> backends = requested_backends(options, !options.shape_given);
+  fit_backends_to_grid(options, backends);
+  const std::vector<fb::ProblemShape> shapes = fb::shapes_from_options(options);
+  const uint64_t seed = options.seed.value_or(std::random_device{}());
+  const bool show_progress = !options.grid.empty();
+
+  std::cout << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
+            << "), seed " << seed << ", " << shapes.size() << " config(s) x " << backends.size()
+            << " backend(s)\n";
+  if (fb::gpu_present()) {
+    std::cout << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
+              << " MiB; inputs smaller than 3x L2 are rotated between timed runs)\n";
+  }
+  std::cout << fb::host_device_name() << "\n\n";
+
+  std::vector<fb::BenchRecord> records;
+  const size_t total = shapes.size() * backends.size();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    for (const Backend backend : backends) {
+      // One seed per config, the same for every backend: side by side on the same inputs.
+      records.push_back(
+          fb::run_benchmark(shapes[i], backend, settings_for(backend, options, seed + i)));
+      if (show_progress) {
+        fb::print_progress(records.back(), records.size() - 1, total, std::cerr);
+      }
+    }
+  }
+
+  fb::print_table(records, std::cout);
+  if (!options.json_path.empty()) {
+    fb::write_json(records, options.json_path);
+    std::cout << "wrote " << options.json_path << "\n";
+  }
+  const bool all_pass = std::all_of(records.begin(), records.end(),
+                                    [](const fb::BenchRecord& r) { return r.pass; });
+  std::cout << (all_pass ? "all results pass\n" : "SOME RESULTS FAILED\n");
+  return all_pass ? kExitPass : kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fb::BenchOptions options;
+  try {
+    options = fb::parse_options(std::vector<std::string>(argv + 1, argv + argc));
+    if (options.help) {
+      std::cout << fb::usage_text();
+      return kExitPass;
+    }
+    return run(options);
+  } catch (const fb::UsageError& error) {
+    std::cerr << "flashcore-bench: error: " << error.what() << "\n\n" << fb::usage_text();
+    return kExitUsage;
+  } catch (const std::exception& error) {
+    std::cerr << "flashcore-bench: error: " << error.what() << "\n";
+    return kExitFailure;
+  }
+}

@@ -1,0 +1,189 @@
+#include "options.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace flashcore::bench {
+namespace {
+
+// Parses a whole decimal integer in [min_value, max_value]; the flag name goes into the error.
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min_value,
+                      int64_t max_value) {
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || value < min_value ||
+      value > max_value) {
+    throw UsageError(flag + " expects an integer in [" + std::to_string(min_value) + ", " +
+                     std::to_string(max_value) + "], got '" + text + "'");
+  }
+  return value;
+}
+
+// Sizes beyond this would overflow the int fields of the API long before any GPU runs them.
+constexpr int64_t kMaxDimension = 1 << 30;
+constexpr int64_t kMaxIterations = 1000000;
+
+bool is_known_grid(const std::string& name) {
+  return name == "default" || name == "small" || name == "standard";
+}
+
+}  // namespace
+
+BenchOptions parse_options(const std::vector<std::string>& args) {
+  BenchOptions options;
+  using Handler = std::function<void(const std::string&)>;
+  auto dimension = [&](int* field) {
+    return [&options, field](const std::string& value) {
+      options.shape_given = true;
+      *field = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
+    };
+  };
+  // Flags that take a value; their handlers throw UsageError with an empty flag name that is
+  // filled in below, so each message names the flag exactly as typed.
+  const std::map<std::string, Handler> valued = {
+      {"--batch", dimension(&options.batch)},
+      {"--seqlen-q", dimension(&options.seqlen_q)},
+      {"--seqlen-k", dimension(&options.seqlen_k)},
+      {"--heads-q", dimension(&options.heads_q)},
+      {"--heads-kv", dimension(&options.heads_kv)},
+      {"--head-dim", dimension(&options.head_dim)},
+      {"--seqlen",
+       [&](const std::string& v) {
+         dimension(&options.seqlen_q)(v);
+         options.seqlen_k = options.seqlen_q;
+       }},
+      {"--heads",
+       [&](const std::string& v) {
+         dimension(&options.heads_q)(v);
+         options.heads_kv = options.heads_q;
+       }},
+      {"--dtype",
+       [&](const std::string& v) {
+         try {
+           options.dtype = parse_dtype(v);
+         } catch (const Error&) {
+           throw UsageError(" expects fp16, bf16 or fp32, got '" + v + "'");
+         }
+       }},
+      {"--backend",
+       [&](const std::string& v) {
+         if (v != "all") {
+           try {
+             parse_backend(v);
+           } catch (const Error&) {
+             throw UsageError(" expects auto, cpu, reference, sm80, sm90 or all, got '" + v + "'");
+           }
+         }
+         options.backend = v;
+       }},
+      {"--iters",
+       [&](const std::string& v) {
+         options.iters = static_cast<int>(parse_integer("", v, 1, kMaxIterations));
+       }},
+      {"--warmup",
+       [&](const std::string& v) {
+         options.warmup = static_cast<int>(parse_integer("", v, 0, kMaxIterations));
+       }},
+      {"--check-rows",
+       [&](const std::string& v) {
+         options.check_rows = static_cast<int>(parse_integer("", v, 1, kMaxDimension));
+       }},
+      {"--grid",
+       [&](const std::string& v) {
+         if (!is_known_grid(v)) {
+           throw UsageError(" expects standard, small or default, got '" + v + "'");
+         }
+         options.grid = v;
+       }},
+      {"--json", [&](const std::string& v) { options.json_path = v; }},
+      {"--seed",
+       [&](const std::string& v) {
+         options.seed = static_cast<uint64_t>(parse_integer("", v, 0, INT64_MAX));
+       }},
+  };
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::string value;
+    bool has_inline_value = false;
+    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);  // --flag=value
+      flag = flag.substr(0, eq);
+      has_inline_value = true;
+    }
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+      continue;
+    }
+    if (flag == "--causal") {
+      options.causal = true;
+      continue;
+    }
+    const auto handler = valued.find(flag);
+    if (handler == valued.end()) {
+      throw UsageError("unknown flag '" + args[i] + "'");
+    }
+    if (!has_inline_value) {
+      if (i + 1 >= args.size()) {
+        throw UsageError(flag + " needs a value");
+      }
+      value = args[++i];
+    }
+    try {
+      handler->second(value);
+    } catch (const UsageError& error) {
+      throw UsageError(flag + error.what());
+    }
+  }
+
+  if (!options.grid.empty() && options.shape_given) {
+    throw UsageError("--grid " + options.grid +
+                     " defines its own shapes: drop --batch/--seqlen*/--heads*/--head-dim "
+                     "(--dtype and --causal filter a grid)");
+  }
+  return options;
+}
+
+std::string usage_text() {
+  return R"(usage: flashcore-bench [flags]
+
+Times FlashCore attention forward and checks every result against the float64 reference
+(BENCHMARKS.md rule). With no flags: a small default (batch 1, heads 4, seqlen 512, head_dim 64,
+fp16, causal and non-causal) on the best backend present, plus the reference backend.
+
+one config (any of these selects single-config mode):
+  --batch N            batch size (1)
+  --seqlen N           sets --seqlen-q and --seqlen-k (512)
+  --seqlen-q N         query length
+  --seqlen-k N         key/value length
+  --heads N            sets --heads-q and --heads-kv (4)
+  --heads-q N          query heads
+  --heads-kv N         key/value heads (heads-q must be a multiple: GQA/MQA)
+  --head-dim N         head dimension (64)
+  --dtype T            fp16 | bf16 | fp32 (fp16); on a grid: keep only this dtype
+  --causal             bottom-right causal mask; on a grid: keep only causal configs
+
+grids (instead of one config):
+  --grid NAME          default: the no-flag default
+                       small: tails, GQA/MQA, seqlen_q != seqlen_k (seconds, any backend)
+                       standard: BENCHMARKS.md grid (bf16, fp16; head_dim 64/128/256; seqlen
+                         512..16k, batch 16384/seqlen, heads 2048/head_dim; both masks) plus the
+                         original FlashCore config and GQA prefill. GPU backends only.
+
+run:
+  --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend) (auto)
+  --iters N            timed runs (GPU 30, cpu 5, reference 1); the median is reported
+  --warmup N           untimed runs after the checked first run (GPU 10, cpu 1, reference 0)
+  --check-rows N       query rows per (batch, head) checked against the reference (64)
+  --seed N             input seed (default: fresh each run, printed for reproduction)
+  --json FILE          also write every result as a JSON array
+  --help               this text
+
+exit code: 0 all results pass, 1 an accuracy failure or runtime error, 2 bad flags.
+)";
+}
+
+}  // namespace flashcore::bench

@@ -1,0 +1,43 @@
+# CLI tests of flashcore-bench (label cpu: they run anywhere, on the CPU backend when no GPU).
+set(expect_exit ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
+
+# Runs flashcore-bench with ARGS and checks the exit code and a pattern in stdout + stderr.
+# Arguments travel to the script joined by "|" (a ";" list does not survive add_test intact).
+function(flashcore_bench_test name expected_exit pattern)
+  string(REPLACE ";" "|" joined_args "${ARGN}")
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND}
+           -DCOMMAND=$<TARGET_FILE:flashcore-bench> "-DARGS=${joined_args}"
+           -DEXPECTED_EXIT=${expected_exit} "-DPATTERN=${pattern}" -P ${expect_exit})
+  set_tests_properties(${name} PROPERTIES LABELS cpu)
+endfunction()
+
+# The no-flag default passes (the README's main job).
+flashcore_bench_test(bench_default 0 "all results pass")
+flashcore_bench_test(bench_help 0 "usage: flashcore-bench")
+# Bad flags: exit 2 with a message naming the flag and the value.
+flashcore_bench_test(bench_bad_head_dim 2 "--head-dim expects an integer.*got 'abc'" --head-dim abc)
+flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --backend nope)
+flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16 or fp32, got 'int8'" --dtype int8)
+flashcore_bench_test(bench_unknown_flag 2 "unknown flag '--frobnicate'" --frobnicate)
+flashcore_bench_test(bench_missing_value 2 "--seqlen needs a value" --seqlen)
+flashcore_bench_test(bench_zero_batch 2 "--batch expects an integer in \\[1," --batch 0)
+flashcore_bench_test(bench_grid_with_shape 2 "--grid standard defines its own shapes"
+                     --grid standard --seqlen 128)
+flashcore_bench_test(bench_standard_on_cpu 2 "sized for GPUs" --grid standard --backend cpu)
+# A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
+flashcore_bench_test(bench_single_cpu 0 "all results pass"
+                     --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
+                     --head-dim 32 --causal --dtype bf16 --iters 2)
+
+# --json writes records that parse back and hold what the docs promise.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  set(json_file ${CMAKE_CURRENT_BINARY_DIR}/bench_json_test.json)
+  flashcore_bench_test(bench_json_write 0 "wrote .*bench_json_test.json"
+                       --backend all --batch 1 --seqlen 100 --heads 2 --head-dim 32 --iters 2
+                       --json ${json_file})
+  set_tests_properties(bench_json_write PROPERTIES FIXTURES_SETUP bench_json)
+  add_test(NAME bench_json_parse COMMAND ${Python3_EXECUTABLE}
+           ${CMAKE_CURRENT_SOURCE_DIR}/tests/check_json.py ${json_file})
+  set_tests_properties(bench_json_parse PROPERTIES LABELS cpu FIXTURES_REQUIRED bench_json)
+endif()
