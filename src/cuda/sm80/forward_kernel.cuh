@@ -1,0 +1,142 @@
+// The sm80 (mma.sync) attention forward kernel: FlashAttention-2's algorithm.
+//
+// One CTA per (query block of kBlockM rows, head, batch); kWarps warps, each owning
+// kRowsPerWarp query rows. KV tiles are visited from the last to the first, so the masked tiles
+// (the seqlen_k tail, the causal diagonal) come first and the mask test leaves the loop early.
+//
+//   prologue: cp.async Q, K_last                                       [group]
+//   for tile j (last .. first):
+//     wait all; barrier          K_j (and Q) landed; every warp is done with V_{j+1}
+//     cp.async V_j                                                     [group]
+//     S = Q K_j^T                (overlaps the V_j load)
+//     mask S if j >= first_masked
+//     wait all; barrier          V_j landed; every warp is done with K_j
+//     cp.async K_{j-1}                                                 [group]
+//     online softmax: P = exp2(S * scale_log2 - max), rescale O       (overlaps the K load)
+//     O += P V_j                 (P from registers, V via ldmatrix.trans)
+//   epilogue: O / sum -> smem (reusing Q's space) -> coalesced 16-byte stores; lse
+//
+// Shared memory: Q (kBlockM rows) | K (kBlockN rows) | V (kBlockN rows), all swizzled.
+#pragma once
+
+#include <cstdint>
+
+#include "common/params.h"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/ptx/cp_async.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
+#include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/online_softmax.cuh"
+#include "cuda/sm80/smem_tile.cuh"
+#include "cuda/sm80/tile_config.h"
+#include "cuda/sm80/warp_gemm.cuh"
+
+namespace flashcore::detail {
+
+template <DType kDType, int kHeadDim, bool kCausal>
+struct Sm80ForwardTraits : Sm80TileShape<kHeadDim, kCausal, sizeof(element_t<kDType>)> {};
+
+template <DType kDType, int kHeadDim, bool kCausal>
+__global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::kThreads, 1)
+    sm80_forward_kernel(const __grid_constant__ AttentionParams params) {
+  using Shape = Sm80ForwardTraits<kDType, kHeadDim, kCausal>;
+  using Element = element_t<kDType>;
+  constexpr int kBlockM = Shape::kBlockM;
+  constexpr int kBlockN = Shape::kBlockN;
+  constexpr int kThreads = Shape::kThreads;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t smem_q = shared_address(smem);
+  const uint32_t smem_k = smem_q + static_cast<uint32_t>(Shape::kQBytes);
+  const uint32_t smem_v = smem_k + static_cast<uint32_t>(Shape::kKvBytes);
+
+  // Causal: the last query blocks see the most keys; launch them first so the long CTAs start
+  // early and the short ones fill the tail of the wave.
+  const int m_block = kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                              : static_cast<int>(blockIdx.x);
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp_row0 = (tid >> 5) * Shape::kRowsPerWarp;  // first CTA row of this warp
+
+  const MaskPolicy<kCausal> mask(params, batch);
+  const int m_begin = m_block * kBlockM;
+  if (m_begin >= mask.seqlen_q) return;
+  const KvTileRange tiles = mask.kv_tiles(m_begin, kBlockM, kBlockN);
+  const int kv_head = params.kv_head_of(head);
+
+  const Element* k_head = static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
+  const Element* v_head = static_cast<const Element*>(params.v) + params.v_offset(batch, 0, kv_head);
+  const int64_t k_tile_stride = static_cast<int64_t>(kBlockN) * params.k_row_stride;
+  const int64_t v_tile_stride = static_cast<int64_t>(kBlockN) * params.v_row_stride;
+
+  float acc_o[Shape::kMTiles][Shape::kOBlocks][4];
+#pragma unroll
+  for (int i = 0; i < Shape::kMTiles; ++i) {
+#pragma unroll
+    for (int d = 0; d < Shape::kOBlocks; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[i][d][e] = 0.0f;
+    }
+  }
+  OnlineSoftmax<Shape::kMTiles> softmax;
+
+  if (tiles.count() > 0) {
+    const Element* q_tile =
+        static_cast<const Element*>(params.q) + params.q_offset(batch, m_begin, head);
+    load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_tile, params.q_row_stride,
+                                                 mask.seqlen_q - m_begin);
+    const int last = tiles.end - 1;
+    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_head + last * k_tile_stride,
+                                                 params.k_row_stride,
+                                                 mask.seqlen_k - last * kBlockN);
+    cp_async_commit();
+
+    for (int n = last; n >= tiles.begin; --n) {
+      cp_async_wait_group<0>();
+      __syncthreads();
+      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_head + n * v_tile_stride,
+                                                   params.v_row_stride,
+                                                   mask.seqlen_k - n * kBlockN);
+      cp_async_commit();
+
+      float s[Shape::kMTiles][Shape::kSBlocks][4];
+#pragma unroll
+      for (int i = 0; i < Shape::kMTiles; ++i) {
+#pragma unroll
+        for (int j = 0; j < Shape::kSBlocks; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[i][j][e] = 0.0f;
+        }
+      }
+      warp_gemm_qk<kDType, Shape, kHeadDim>(s, smem_q, smem_k, warp_row0);
+      if (n >= tiles.first_masked) {
+        apply_mask(s, mask, m_begin + warp_row0, n * kBlockN, lane);
+      }
+
+      cp_async_wait_group<0>();
+      __syncthreads();
+      if (n > tiles.begin) {
+        load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_head + (n - 1) * k_tile_stride,
+                                                     params.k_row_stride,
+                                                     mask.seqlen_k - (n - 1) * kBlockN);
+        cp_async_commit();
+      }
+
+      softmax.update(s, acc_o, params.softmax_scale_log2);
+      uint32_t p_frag[Shape::kMTiles][Shape::kPvSteps][4];
+      pack_p_fragments<kDType, Shape>(p_frag, s);
+      warp_gemm_pv<kDType, Shape, kHeadDim>(acc_o, p_frag, smem_v);
+    }
+  }
+
+  softmax.reduce_sums();
+  // O reuses Q's rows: each warp overwrites only the Q rows it alone read, and no cp.async is
+  // in flight (the last iteration issues none and waited for V).
+  write_output<kDType, Shape, kHeadDim>(acc_o, softmax, smem, params, batch, head, m_begin,
+                                        mask.seqlen_q, warp_row0, tid);
+}
+
+}  // namespace flashcore::detail

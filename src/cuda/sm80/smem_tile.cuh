@@ -1,0 +1,100 @@
+// A tile of rows x head_dim 16-bit elements in shared memory, swizzled so that the accesses of
+// the kernel are free of bank conflicts, and the cp.async loader that fills it from global.
+//
+// Why this swizzle: every ldmatrix phase reads one 16-byte chunk from each of 8 consecutive
+// rows (rows r0..r0+7, r0 a multiple of 8) at the same logical chunk index c. Shared memory has
+// 32 banks of 4 bytes, i.e. 8 chunk slots of 16 bytes per 128-byte line, so the 8 reads are
+// conflict-free iff their addresses fall in 8 different chunk slots (address / 16 mod 8).
+//   - head_dim 64/128/256 (8, 16, 32 chunks per row, a multiple of 8): the row start is a multiple
+//     of 128 bytes, so slot = physical chunk mod 8; storing chunk c at c ^ (r mod 8) gives the 8
+//     rows 8 different slots. The XOR only flips the low 3 bits, so chunks stay inside the row.
+//   - head_dim 96 (12 chunks = 192 bytes per row): row r starts at slot 4 (r mod 2), so
+//     slot = 4 (r mod 2) + physical chunk mod 8. Storing chunk c at c ^ ((r / 2) mod 4) makes the
+//     low 2 bits distinct across row pairs and bit 2 distinct within a pair: 8 slots again. XOR
+//     with a value < 4 stays inside c's aligned group of 4, so chunks 8..11 stay in 8..11.
+// The epilogue's 4-byte stores (rows g = 0..7 of a fragment, same chunk, 4 lanes per chunk)
+// hit the same 8 distinct slots, and the 16-byte cp.async writes cover whole 128-byte lines.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/cp_async.cuh"
+
+namespace flashcore::detail {
+
+// threadIdx.x read through an opaque asm volatile, so the compiler recomputes the per-thread
+// address arithmetic derived from it at each use instead of hoisting dozens of loop-invariant
+// 64-bit addresses out of the KV loop (which spills them at 255 registers). The recomputation
+// is a few integer instructions per tile, free next to the tile's mma work.
+__device__ __forceinline__ int thread_index_unhoisted() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
+}
+
+template <int kHeadDim>
+struct SwizzledRows {
+  static constexpr int kChunkElems = 8;  // 16-byte chunk of 16-bit elements: the cp.async size
+  static constexpr int kChunks = kHeadDim / kChunkElems;
+  static constexpr int kRowBytes = kHeadDim * 2;
+  static_assert(kChunks % 8 == 0 || kChunks == 12, "swizzle derived for 8k or 12 chunks per row");
+
+  __device__ __forceinline__ static int chunk_xor(int row) {
+    if constexpr (kChunks % 8 == 0) {
+      return row & 7;
+    } else {
+      return (row >> 1) & 3;
+    }
+  }
+  // Byte offset of logical chunk `chunk` of `row` from the start of the tile.
+  __device__ __forceinline__ static uint32_t byte_offset(int row, int chunk) {
+    return row * kRowBytes + ((chunk ^ chunk_xor(row)) << 4);
+  }
+};
+
+// Issues cp.async for a kRows x kHeadDim tile starting at `gmem_tile` (row stride in elements);
+// rows >= valid_rows are zero-filled. Consecutive threads take consecutive chunks of a row, so
+// each warp reads whole 128-byte segments of global memory.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ __forceinline__ void load_tile_async(uint32_t smem_tile, const Element* gmem_tile,
+                                                int64_t row_stride, int valid_rows) {
+  const int tid = thread_index_unhoisted();
+  using Layout = SwizzledRows<kHeadDim>;
+  constexpr int kTotalChunks = kRows * Layout::kChunks;
+  static_assert(kTotalChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kTotalChunks / kThreads; ++i) {
+    const int id = tid + i * kThreads;
+    const int row = id / Layout::kChunks;
+    const int chunk = id % Layout::kChunks;
+    const bool valid = row < valid_rows;
+    // An invalid row copies 0 bytes; its address is kept at the (valid) tile start anyway.
+    const Element* src = gmem_tile + (valid ? row * row_stride + chunk * Layout::kChunkElems : 0);
+    cp_async_16_zfill(smem_tile + Layout::byte_offset(row, chunk), src, valid);
+  }
+}
+
+// Copies a kRows x kHeadDim tile from shared memory to global with 16-byte coalesced stores,
+// skipping rows >= valid_rows. The caller synchronizes the CTA before calling.
+template <int kRows, int kHeadDim, int kThreads, typename Element>
+__device__ __forceinline__ void store_tile(Element* gmem_tile, int64_t row_stride,
+                                           const unsigned char* smem_tile, int valid_rows,
+                                           int tid) {
+  using Layout = SwizzledRows<kHeadDim>;
+  constexpr int kTotalChunks = kRows * Layout::kChunks;
+  static_assert(kTotalChunks % kThreads == 0, "every thread copies the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kTotalChunks / kThreads; ++i) {
+    const int id = tid + i * kThreads;
+    const int row = id / Layout::kChunks;
+    const int chunk = id % Layout::kChunks;
+    if (row < valid_rows) {
+      const uint4 value =
+          *reinterpret_cast<const uint4*>(smem_tile + Layout::byte_offset(row, chunk));
+      *reinterpret_cast<uint4*>(gmem_tile + row * row_stride + chunk * Layout::kChunkElems) =
+          value;
+    }
+  }
+}
+
+}  // namespace flashcore::detail
