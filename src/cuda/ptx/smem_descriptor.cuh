@@ -1,0 +1,74 @@
+// wgmma shared-memory matrix descriptors for tiles stored with the 128-byte swizzle that TMA's
+// CU_TENSOR_MAP_SWIZZLE_128B writes.
+//
+// Descriptor bits (PTX ISA, "Matrix Descriptor Format"): [0,14) start address >> 4,
+// [16,30) leading-dimension byte offset (LBO) >> 4, [32,46) stride-dimension byte offset (SBO) >> 4,
+// [49,52) base offset (0: every tile starts on a 1024-byte boundary), [62,64) swizzle mode
+// (1 = 128B).
+//
+// The tiles FlashCore uses are "column blocks": a tile of R rows x C 16-bit elements is stored as
+// C/64 blocks side by side, each block R rows of 128 bytes (64 elements), row r at r*128 bytes, the
+// sixteen-byte chunk c of row r stored at chunk position c ^ (r % 8). Eight rows form one
+// 1024-byte swizzle atom.
+//
+// * K-major operand (the reduction dimension K is the contiguous one: Q and K for S = Q K^T):
+//   rows are M/N. Core-matrix groups of 8 rows are SBO = 1024 bytes apart; one wgmma reads K = 16
+//   elements = 32 bytes of each row, so step k of a block starts 32*k bytes later (the hardware
+//   applies the swizzle to the absolute address, so a start inside the atom is fine). LBO is not
+//   used for swizzled K-major layouts (set to 1 by convention).
+// * MN-major operand (M/N contiguous: V as the B operand of O = P V, read with the transpose bit):
+//   rows are K. Groups of 8 K-rows are SBO = 1024 bytes apart; the next 64 elements of N live in
+//   the next column block, LBO = rows * 128 bytes away. Step k (16 rows of K) starts 2048*k later.
+#pragma once
+
+#include <cstdint>
+
+namespace flashcore::detail {
+
+constexpr uint32_t kSwizzleBytes = 128;                 // one swizzled row: 64 16-bit elements
+constexpr uint32_t kSwizzleAtomBytes = 8 * kSwizzleBytes;  // 8 rows: the pattern's period
+constexpr uint32_t kElementsPerSwizzleRow = 64;
+constexpr uint64_t kDescriptorSwizzle128B = 1;
+
+__device__ __forceinline__ uint64_t make_smem_descriptor(uint32_t smem_address,
+                                                         uint32_t leading_byte_offset,
+                                                         uint32_t stride_byte_offset) {
+  uint64_t desc = 0;
+  desc |= static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4);
+  desc |= static_cast<uint64_t>((leading_byte_offset >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<uint64_t>((stride_byte_offset >> 4) & 0x3FFF) << 32;
+  desc |= kDescriptorSwizzle128B << 62;
+  return desc;
+}
+
+// K-major operand, k-th 16-element step along K, of a column-block tile with `rows` rows.
+template <int kRows>
+__device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t tile_address, int k_step) {
+  constexpr uint32_t kBlockBytes = kRows * kSwizzleBytes;
+  constexpr uint32_t kStepsPerBlock = kElementsPerSwizzleRow / 16;
+  const uint32_t address =
+      tile_address + (k_step / kStepsPerBlock) * kBlockBytes + (k_step % kStepsPerBlock) * 32;
+  return make_smem_descriptor(address, 16, kSwizzleAtomBytes);
+}
+
+// MN-major operand (transpose bit set), k-th 16-row step along K, of a column-block tile whose
+// rows are K (`kRows` of them) and whose columns are N.
+template <int kRows>
+__device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t tile_address, int k_step) {
+  constexpr uint32_t kBlockBytes = kRows * kSwizzleBytes;
+  const uint32_t address = tile_address + k_step * 16 * kSwizzleBytes;
+  return make_smem_descriptor(address, kBlockBytes, kSwizzleAtomBytes);
+}
+
+// Byte offset of element (row, col) in a column-block tile with `kRows` rows (for threads that
+// write such a tile with ordinary stores, e.g. the epilogue staging O for a TMA store).
+template <int kRows>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col) {
+  const int block = col / kElementsPerSwizzleRow;
+  const int chunk = (col % kElementsPerSwizzleRow) / 8;
+  const int in_chunk_bytes = (col % 8) * 2;
+  return block * (kRows * kSwizzleBytes) + row * kSwizzleBytes + ((chunk ^ (row % 8)) * 16) +
+         in_chunk_bytes;
+}
+
+}  // namespace flashcore::detail

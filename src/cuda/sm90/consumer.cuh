@@ -1,0 +1,121 @@
+// A consumer warpgroup of the Hopper kernel (plain schedule, stage 2): 64 query rows, every KV tile
+// in turn, no overlap between its own GEMMs and softmax.
+//
+//   wait q_full
+//   for each KV tile (last to first; masked tiles come first):
+//     wait k_full[s];  S = Q K^T          (wgmma SS, both K-major)
+//     mask (only tiles >= first_masked);  online softmax -> P, rescale O
+//     wait v_full[s];  O += P V           (wgmma RS, P from registers, V MN-major)
+//     arrive kv_empty[s]
+//   epilogue
+#pragma once
+
+#include "cuda/common/mask.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+#include "cuda/sm90/softmax.cuh"
+
+namespace flashcore::detail {
+
+template <DType kDType, int kHeadDim>
+struct Sm90ConsumerMath {
+  using Config = Sm90TileConfig<kHeadDim>;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kSAccRegs = kBlockN / 2;
+  static constexpr int kOAccRegs = kHeadDim / 2;
+  static constexpr int kPSteps = kBlockN / 16;  // K-steps of O += P V
+  using GemmS = WgmmaM64K16<kDType, kBlockN>;
+  using GemmO = WgmmaM64K16<kDType, kHeadDim>;
+  static constexpr int kTransposeV = 1;  // V is [keys][head_dim]: MN-major as the B operand
+
+  // Issues S = Q K^T (not waited for).
+  __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
+                                                  uint32_t k_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kHeadDim / 16; ++k) {
+      GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
+                kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+  }
+
+  // P (the softmaxed S registers) as 16-bit A fragments, one group of 4 registers per K-step.
+  __device__ __forceinline__ static void convert_p(const float (&s)[kSAccRegs],
+                                                   uint32_t (&p)[kPSteps][4]) {
+#pragma unroll
+    for (int k = 0; k < kPSteps; ++k) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[k][r] = pack_pair<kDType>(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
+    }
+  }
+
+  // Issues O += P V (not waited for).
+  __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
+                                                  const uint32_t (&p)[kPSteps][4],
+                                                  uint32_t v_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kPSteps; ++k) {
+      GemmO::template rs<kTransposeV>(o, p[k], mnmajor_descriptor<kBlockN>(v_tile, k), 1);
+    }
+    wgmma_commit_group();
+  }
+};
+
+template <DType kDType, int kHeadDim, bool kCausal>
+__device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<kHeadDim>& smem,
+                                             const CUtensorMap* map_o,
+                                             const AttentionParams& params, const Sm90Tile& tile,
+                                             const KvTileRange& kv_tiles, int consumer,
+                                             int thread_in_warpgroup) {
+  using Config = Sm90TileConfig<kHeadDim>;
+  using Math = Sm90ConsumerMath<kDType, kHeadDim>;
+  const int lane = thread_in_warpgroup % 32;
+  const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+  const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
+  const MaskPolicy<kCausal> mask(params, tile.batch);
+  const int col_limit[2] = {mask.col_limit(row0), mask.col_limit(row0 + 8)};
+  const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
+
+  float o[Math::kOAccRegs];
+#pragma unroll
+  for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
+  OnlineSoftmaxRows softmax;
+
+  mbarrier_wait_parity(smem.q_full(), 0);
+  RingPosition<Config::kStages> ring;
+  for (int step = 0; step < kv_tiles.count(); ++step) {
+    const int n_block = kv_tiles.end - 1 - step;
+    float s[Math::kSAccRegs];
+    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+    Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+    wgmma_wait_group<0>();
+    fence_accumulators(s);
+
+    if (n_block >= kv_tiles.first_masked) {
+      mask_columns(s, n_block * Config::kBlockN + 2 * (lane % 4), col_limit[0], col_limit[1]);
+    }
+    float correction[2];
+    softmax.update(s, params.softmax_scale_log2, correction);
+    scale_rows(o, correction);
+    uint32_t p[Math::kPSteps][4];
+    Math::convert_p(s, p);
+
+    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
+    wgmma_wait_group<0>();
+    fence_accumulators(o);
+    mbarrier_arrive(smem.kv_empty(ring.stage));
+    ring.advance();
+  }
+
+  sm90_epilogue<kDType, kHeadDim>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
+                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
+}
+
+}  // namespace flashcore::detail

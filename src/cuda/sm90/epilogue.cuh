@@ -1,0 +1,72 @@
+// Epilogue of one consumer warpgroup: normalize O, write lse, and store O with TMA.
+//
+// O (64 rows x head_dim) is converted to 16 bits and written into the consumer's own Q slab in the
+// 128-byte-swizzled column-block layout (its last S = Q K^T has completed, so the slab is free),
+// then one thread stores it with TMA. The O tensor map has a per-batch seqlen dimension, so rows
+// past seqlen_q are dropped by the hardware.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/params.h"
+#include "cuda/common/numeric.cuh"
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tile_config.h"
+
+namespace flashcore::detail {
+
+// Named barrier ids 1 and 2: the epilogue of consumer 0 and 1 (128 threads each).
+constexpr uint32_t kEpilogueBarrierBase = 1;
+
+template <DType kDType, int kHeadDim, int kOAccRegs>
+__device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
+                                              const OnlineSoftmaxRows& softmax,
+                                              uint8_t* o_staging, const CUtensorMap* map_o,
+                                              const AttentionParams& params, int head, int batch,
+                                              int slab_row_begin, int consumer,
+                                              int thread_in_warpgroup) {
+  using Config = Sm90TileConfig<kHeadDim>;
+  const int lane = thread_in_warpgroup % 32;
+  const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
+  const int seqlen_q = params.seqlen_q_of(batch);
+
+  float inv_sum[2], lse[2];
+  softmax.finalize(inv_sum, lse);
+  scale_rows(o, inv_sum);
+
+  if (params.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = slab_row_begin + row0 + 8 * r;
+      if (row < seqlen_q) params.lse[params.lse_offset(batch, head, row)] = lse[r];
+    }
+  }
+
+#pragma unroll
+  for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
+    const int col = 8 * chunk + 2 * (lane % 4);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t offset = swizzled_offset<Config::kRowsPerConsumer>(row0 + 8 * r, col);
+      *reinterpret_cast<uint32_t*>(o_staging + offset) =
+          pack_pair<kDType>(o[4 * chunk + 2 * r], o[4 * chunk + 2 * r + 1]);
+    }
+  }
+  fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
+  named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+  if (thread_in_warpgroup == 0 && slab_row_begin < seqlen_q) {
+#pragma unroll
+    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      tma_store_4d(map_o, o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes,
+                   block * Config::kBoxCols, slab_row_begin, head, batch);
+    }
+    tma_store_commit_group();
+    tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
+  }
+}
+
+}  // namespace flashcore::detail

@@ -1,0 +1,80 @@
+// The Hopper (sm90a) attention forward kernel: one CTA per (m-block of 128 query rows, head, batch).
+//
+//   warpgroup 0 (producer, 40 regs)        warpgroups 1, 2 (consumers, 232 regs, 64 rows each)
+//   ---------------------------------      -------------------------------------------------
+//   TMA Q            -> q_full  ---------> wait q_full
+//   for KV tile j:                         for KV tile j:
+//     wait kv_empty[s] <---------------------- arrive kv_empty[s] (after O += P V completed)
+//     TMA K_j        -> k_full[s] -------> wait k_full[s]; S = Q K_j^T; softmax
+//     TMA V_j        -> v_full[s] -------> wait v_full[s]; O += P V_j
+//                                          epilogue: O / l -> smem -> TMA store; lse
+//
+// Shared memory: see smem_layout.cuh. Registers: see tile_config.h.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/params.h"
+#include "cuda/common/mask.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/producer.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+#include "cuda/sm90/tile_config.h"
+
+namespace flashcore::detail {
+
+template <DType kDType, int kHeadDim, bool kCausal>
+__global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
+    sm90_forward_kernel(const __grid_constant__ CUtensorMap map_q,
+                        const __grid_constant__ CUtensorMap map_k,
+                        const __grid_constant__ CUtensorMap map_v,
+                        const __grid_constant__ CUtensorMap map_o,
+                        const __grid_constant__ AttentionParams params) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Config = Sm90TileConfig<kHeadDim>;
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  const Sm90SmemLayout<kHeadDim> smem(dynamic_smem);
+
+  // Warp-uniform role index, so the compiler sees one branch per warpgroup.
+  const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
+  const int thread_in_warpgroup = threadIdx.x % Config::kThreadsPerWarpgroup;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(smem.q_full(), 1);
+#pragma unroll
+    for (int stage = 0; stage < Config::kStages; ++stage) {
+      mbarrier_init(smem.k_full(stage), 1);
+      mbarrier_init(smem.v_full(stage), 1);
+      mbarrier_init(smem.kv_empty(stage), Config::kConsumerThreads);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  const Sm90Tile tile = sm90_tile_of<kHeadDim>(params, blockIdx.x);
+  const MaskPolicy<kCausal> mask(params, tile.batch);
+  const KvTileRange kv_tiles =
+      mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
+
+  if (warpgroup == 0) {
+    setmaxnreg_dec<Config::kProducerRegisters>();
+    if (thread_in_warpgroup == 0) {
+      const Sm90TensorMaps maps{&map_q, &map_k, &map_v, &map_o};
+      tma_prefetch_descriptor(&map_q);
+      tma_prefetch_descriptor(&map_k);
+      tma_prefetch_descriptor(&map_v);
+      sm90_produce<kHeadDim>(smem, maps, params, tile, kv_tiles);
+    }
+  } else {
+    setmaxnreg_inc<Config::kConsumerRegisters>();
+    sm90_consume<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles, warpgroup - 1,
+                                            thread_in_warpgroup);
+  }
+#endif
+}
+
+}  // namespace flashcore::detail

@@ -1,0 +1,62 @@
+// Host launcher of the Hopper kernel: builds the four tensor maps for this call, raises the kernel's
+// dynamic shared-memory limit and launches one CTA per output tile on params.stream. Throws Error
+// for anything it cannot run (the API then falls back to the sm80 kernel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <string>
+
+#include "common/params.h"
+#include "cuda/check.h"
+#include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/tensor_map.h"
+#include "cuda/sm90/tile_config.h"
+
+namespace flashcore::detail {
+
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm90_forward(const AttentionParams& params) {
+  using Config = Sm90TileConfig<kHeadDim>;
+  static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
+                "the sm90 kernel takes fp16 or bf16");
+  if (params.head_dim != kHeadDim) {
+    throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
+                " called with head_dim " + std::to_string(params.head_dim));
+  }
+  if (params.batch == 0 || params.seqlen_q == 0 || params.heads_q == 0) return;
+  const int64_t num_tiles = sm90_num_tiles<kHeadDim>(params);
+  if (num_tiles > INT_MAX) {
+    throw Error("sm90 backend: " + std::to_string(num_tiles) +
+                " output tiles (batch x heads_q x seqlen_q / 128) exceed the grid limit " +
+                std::to_string(INT_MAX));
+  }
+
+  const CUtensorMap map_q = make_bshd_tensor_map(
+      {"q", params.q, kHeadDim, params.seqlen_q, params.heads_q, params.batch, params.q_row_stride,
+       params.q_head_stride, params.q_batch_stride},
+      kDType, Config::kRowsPerConsumer);
+  const CUtensorMap map_k = make_bshd_tensor_map(
+      {"k", params.k, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+       params.k_row_stride, params.k_head_stride, params.k_batch_stride},
+      kDType, Config::kBlockN);
+  const CUtensorMap map_v = make_bshd_tensor_map(
+      {"v", params.v, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+       params.v_row_stride, params.v_head_stride, params.v_batch_stride},
+      kDType, Config::kBlockN);
+  const CUtensorMap map_o = make_bshd_tensor_map(
+      {"out", params.out, kHeadDim, params.seqlen_q, params.heads_q, params.batch,
+       params.o_row_stride, params.o_head_stride, params.o_batch_stride},
+      kDType, Config::kRowsPerConsumer);
+
+  auto kernel = sm90_forward_kernel<kDType, kHeadDim, kCausal>;
+  FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            Config::kSmemBytes));
+  kernel<<<static_cast<unsigned int>(num_tiles), Config::kThreads, Config::kSmemBytes,
+           params.stream>>>(map_q, map_k, map_v, map_o, params);
+  FLASHCORE_CHECK_LAUNCH();
+}
+
+}  // namespace flashcore::detail

@@ -1,0 +1,68 @@
+// The producer of the Hopper kernel: one thread of warpgroup 0 issues every TMA load of a tile.
+//
+//   Q (once)            -> q_full
+//   for each KV tile j (last to first, the order the consumers visit them):
+//     wait kv_empty[s]  (both consumers released the stage)
+//     K tile j          -> k_full[s]   (separate barrier: S = Q K^T starts before V lands)
+//     V tile j          -> v_full[s]
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+
+namespace flashcore::detail {
+
+struct Sm90TensorMaps {
+  const CUtensorMap* q;
+  const CUtensorMap* k;
+  const CUtensorMap* v;
+  const CUtensorMap* o;
+};
+
+template <int kHeadDim>
+__device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<kHeadDim>& smem,
+                                             const Sm90TensorMaps& maps,
+                                             const AttentionParams& params, const Sm90Tile& tile,
+                                             const KvTileRange& kv_tiles) {
+  using Config = Sm90TileConfig<kHeadDim>;
+  constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
+  constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
+
+  const int m_begin = tile.m_block * Config::kBlockM;
+  mbarrier_arrive_expect_tx(smem.q_full(), Config::kQBytes);
+#pragma unroll
+  for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
+#pragma unroll
+    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      tma_load_4d(smem.q_slab(consumer) + block * kBoxBytesQ, maps.q, smem.q_full(),
+                  block * Config::kBoxCols, m_begin + consumer * Config::kRowsPerConsumer,
+                  tile.head, tile.batch);
+    }
+  }
+
+  const int kv_head = params.kv_head_of(tile.head);
+  RingPosition<Config::kStages> ring;
+  for (int step = 0; step < kv_tiles.count(); ++step) {
+    const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
+    mbarrier_wait_parity(smem.kv_empty(ring.stage), ring.phase ^ 1);
+    mbarrier_arrive_expect_tx(smem.k_full(ring.stage), Config::kKVTileBytes);
+#pragma unroll
+    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      tma_load_4d(smem.k_tile(ring.stage) + block * kBoxBytesKV, maps.k, smem.k_full(ring.stage),
+                  block * Config::kBoxCols, n_begin, kv_head, tile.batch);
+    }
+    mbarrier_arrive_expect_tx(smem.v_full(ring.stage), Config::kKVTileBytes);
+#pragma unroll
+    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      tma_load_4d(smem.v_tile(ring.stage) + block * kBoxBytesKV, maps.v, smem.v_full(ring.stage),
+                  block * Config::kBoxCols, n_begin, kv_head, tile.batch);
+    }
+    ring.advance();
+  }
+}
+
+}  // namespace flashcore::detail

@@ -1,0 +1,56 @@
+// Where each tile of the Hopper kernel lives in dynamic shared memory.
+//
+//   [Q: consumer 0 slab | consumer 1 slab] [K stage 0 .. S-1] [V stage 0 .. S-1] [mbarriers]
+//
+// Every tile is a column-block tile (see cuda/ptx/smem_descriptor.cuh) starting on a 1024-byte
+// boundary, as the 128-byte swizzle of TMA and wgmma requires. A consumer's Q slab is reused to
+// stage its O tile for the TMA store once its last S = Q K^T has completed.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/mbarrier.cuh"  // smem_u32
+#include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/sm90/tile_config.h"
+
+namespace flashcore::detail {
+
+template <int kHeadDim>
+struct Sm90SmemLayout {
+  using Config = Sm90TileConfig<kHeadDim>;
+
+  uint8_t* base;  // 1024-byte aligned
+
+  __device__ __forceinline__ explicit Sm90SmemLayout(uint8_t* dynamic_smem) {
+    const uint32_t address = smem_u32(dynamic_smem);
+    const uint32_t aligned = (address + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1);
+    base = dynamic_smem + (aligned - address);
+  }
+
+  __device__ __forceinline__ uint8_t* q_slab(int consumer) const {
+    return base + consumer * Config::kQSlabBytes;
+  }
+  __device__ __forceinline__ uint8_t* k_tile(int stage) const {
+    return base + Config::kQBytes + stage * Config::kKVTileBytes;
+  }
+  __device__ __forceinline__ uint8_t* v_tile(int stage) const {
+    return base + Config::kQBytes + (Config::kStages + stage) * Config::kKVTileBytes;
+  }
+  __device__ __forceinline__ uint64_t* barriers() const {
+    return reinterpret_cast<uint64_t*>(base + Config::kQBytes +
+                                       2 * Config::kStages * Config::kKVTileBytes);
+  }
+  // Q landed (one arrival: the producer's expect_tx, plus the TMA bytes).
+  __device__ __forceinline__ uint64_t* q_full() const { return barriers(); }
+  // K / V of a stage landed (one arrival plus bytes each).
+  __device__ __forceinline__ uint64_t* k_full(int stage) const { return barriers() + 1 + stage; }
+  __device__ __forceinline__ uint64_t* v_full(int stage) const {
+    return barriers() + 1 + Config::kStages + stage;
+  }
+  // Both consumers finished reading K and V of a stage (every consumer thread arrives).
+  __device__ __forceinline__ uint64_t* kv_empty(int stage) const {
+    return barriers() + 1 + 2 * Config::kStages + stage;
+  }
+};
+
+}  // namespace flashcore::detail

@@ -1,0 +1,109 @@
+// Host side of TMA: encodes the 4-D tensor maps over (head_dim, seqlen, heads, batch) that the
+// Hopper kernel loads Q/K/V and stores O through.
+//
+// A per-batch seqlen dimension (instead of flattening batch x seqlen) makes TMA zero-fill rows past
+// a sequence's end on loads and drop them on stores, so tails need no special code. The driver
+// function comes from cudaGetDriverEntryPointByVersion, so the library does not link libcuda.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and enums (types only)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/params.h"
+#include "cuda/check.h"
+
+namespace flashcore::detail {
+
+// The stable ABI version of cuTensorMapEncodeTiled (introduced in CUDA 12.0).
+constexpr unsigned int kTensorMapEncodeAbiVersion = 12000;
+// TMA requires 16-byte aligned base addresses and global strides.
+constexpr int64_t kTmaAlignmentBytes = 16;
+
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    FLASHCORE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(
+        "cuTensorMapEncodeTiled", &function, kTensorMapEncodeAbiVersion, cudaEnableDefault, &found));
+#else
+    FLASHCORE_CUDA_CHECK(
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found));
+#endif
+    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+      throw Error("sm90 backend: the CUDA driver has no cuTensorMapEncodeTiled (driver too old)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encoder;
+}
+
+struct BshdTensor {
+  const char* name;  // for error messages: "q", "k", "v", "out"
+  const void* data;
+  int head_dim, seqlen, heads, batch;
+  int64_t row_stride, head_stride, batch_stride;  // in elements
+};
+
+// Encodes `tensor` with a box of (64 elements = 128 bytes, box_rows, 1, 1) and the 128-byte
+// swizzle. Throws Error (so the API can fall back to sm80) when TMA cannot describe the strides.
+inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, int box_rows) {
+  constexpr int kRank = 4;
+  constexpr int kBoxCols = 64;
+  constexpr int64_t kElementBytes = 2;
+  const auto base = reinterpret_cast<uintptr_t>(tensor.data);
+  if (base % kTmaAlignmentBytes != 0) {
+    throw Error(std::string("sm90 backend: ") + tensor.name + " data pointer " +
+                std::to_string(base) + " is not 16-byte aligned, which TMA requires");
+  }
+  // Sizes clamp to 1 so that empty key sequences still encode (nothing is loaded from them).
+  const int64_t sizes[kRank] = {tensor.head_dim, tensor.seqlen > 0 ? tensor.seqlen : 1,
+                                tensor.heads > 0 ? tensor.heads : 1,
+                                tensor.batch > 0 ? tensor.batch : 1};
+  const int64_t strides[kRank] = {1, tensor.row_stride, tensor.head_stride, tensor.batch_stride};
+  const char* stride_names[kRank] = {"head_dim", "seqlen", "heads", "batch"};
+  cuuint64_t global_dim[kRank];
+  cuuint64_t global_stride_bytes[kRank - 1];
+  int64_t packed_bytes = kElementBytes;  // stride a dense tensor would have
+  for (int i = 0; i < kRank; ++i) {
+    global_dim[i] = static_cast<cuuint64_t>(sizes[i]);
+    if (i > 0) {
+      // A dimension of size 1 is never stepped over; give it the dense stride, whatever the
+      // caller's stride is (PyTorch reports arbitrary strides for size-1 dims).
+      int64_t bytes = sizes[i] == 1 ? packed_bytes : strides[i] * kElementBytes;
+      if (bytes % kTmaAlignmentBytes != 0 || bytes >= (int64_t(1) << 40)) {
+        throw Error(std::string("sm90 backend: stride of dim ") + stride_names[i] + " of " +
+                    tensor.name + " is " + std::to_string(strides[i]) +
+                    " elements; TMA needs a multiple of 8 elements (16 bytes) below 2^39");
+      }
+      global_stride_bytes[i - 1] = static_cast<cuuint64_t>(bytes);
+    }
+    packed_bytes *= sizes[i];
+  }
+  const cuuint32_t box_dim[kRank] = {kBoxCols, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[kRank] = {1, 1, 1, 1};
+  const CUtensorMapDataType data_type = dtype == DType::kBFloat16
+                                            ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  CUtensorMap map;
+  const CUresult status = tensor_map_encoder()(
+      &map, data_type, kRank, const_cast<void*>(tensor.data), global_dim, global_stride_bytes,
+      box_dim, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    throw Error(std::string("sm90 backend: cuTensorMapEncodeTiled failed for ") + tensor.name +
+                " (CUresult " + std::to_string(static_cast<int>(status)) + "), shape [" +
+                std::to_string(tensor.batch) + ", " + std::to_string(tensor.seqlen) + ", " +
+                std::to_string(tensor.heads) + ", " + std::to_string(tensor.head_dim) +
+                "], strides [" + std::to_string(tensor.batch_stride) + ", " +
+                std::to_string(tensor.row_stride) + ", " + std::to_string(tensor.head_stride) +
+                ", 1] elements, box rows " + std::to_string(box_rows));
+  }
+  return map;
+}
+
+}  // namespace flashcore::detail

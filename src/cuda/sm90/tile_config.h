@@ -1,0 +1,71 @@
+// The Hopper kernel's tile table: one row per head_dim, everything else derived from it.
+//
+// A CTA is 3 warpgroups: a producer (TMA) and two consumers that each own 64 query rows (the
+// wgmma M), so BLOCK_M = 128. Per consumer thread the registers hold the O accumulator
+// (64 x head_dim / 128 threads) plus S (64 x BLOCK_N / 128) plus P as 16-bit pairs (half of S);
+// that must fit in kConsumerRegisters with room for addresses and softmax state.
+//   d64 : O 32 + S 64 + P 32 = 128 regs; smem 16K Q + 2 x 2 x 16K K/V = 80 KB
+//   d128: O 64 + S 64 + P 32 = 160 regs; smem 32K Q + 2 x 2 x 32K K/V = 160 KB
+//   d256: O 128 + S 40 + P 20 = 188 regs; smem 64K Q + 2 x 2 x 40K K/V = 224 KB (of 227 KB)
+// BLOCK_N is a multiple of 16 (the K of the P V wgmma) and at most 256 (wgmma N, TMA box rows).
+#pragma once
+
+namespace flashcore::detail {
+
+struct Sm90TileShape {
+  int head_dim;
+  int block_n;  // keys per K/V tile
+  int stages;   // K/V tiles in flight in the shared-memory ring
+};
+
+// The table. d64 could take BLOCK_N 192 once ping-pong hides the longer softmax (FA3's choice).
+constexpr Sm90TileShape kSm90TileTable[] = {
+    {64, 128, 2},
+    {128, 128, 2},
+    {256, 80, 2},  // 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory
+};
+
+constexpr Sm90TileShape sm90_tile_shape(int head_dim) {
+  for (const Sm90TileShape& shape : kSm90TileTable) {
+    if (shape.head_dim == head_dim) return shape;
+  }
+  return Sm90TileShape{0, 0, 0};
+}
+
+template <int kHeadDim>
+struct Sm90TileConfig {
+  static constexpr Sm90TileShape kShape = sm90_tile_shape(kHeadDim);
+  static_assert(kShape.head_dim == kHeadDim, "head_dim has no row in kSm90TileTable");
+
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kRowsPerConsumer = 64;  // wgmma M
+  static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
+  static constexpr int kBlockN = kShape.block_n;
+  static constexpr int kStages = kShape.stages;
+  static constexpr int kThreadsPerWarpgroup = 128;
+  static constexpr int kThreads = (1 + kConsumerWarpgroups) * kThreadsPerWarpgroup;
+  static constexpr int kConsumerThreads = kConsumerWarpgroups * kThreadsPerWarpgroup;
+
+  // setmaxnreg budgets: 40 x 128 + 232 x 256 = 64512 <= 65536 registers of the SM, and at launch
+  // __launch_bounds__(384, 1) caps every thread at 168 (65536 / 384 rounded down to 8).
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
+
+  static constexpr int kElementBytes = 2;  // fp16 / bf16
+  static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
+  static constexpr int kColumnBlocks = kHeadDim / kBoxCols;
+  static_assert(kHeadDim % kBoxCols == 0, "head_dim must be a multiple of 64 for 128B swizzle");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N: multiple of 16, at most 256");
+
+  // Shared-memory tiles, each a multiple of the 1024-byte swizzle atom.
+  static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
+  static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
+  static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
+  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);  // q_full, k/v full, kv empty
+  static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
+  static constexpr int kSmemBytes =
+      kQBytes + 2 * kStages * kKVTileBytes + kBarrierBytes + kAlignmentSlack;
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit the 227 KB of shared memory");
+};
+
+}  // namespace flashcore::detail
