@@ -1,0 +1,36 @@
+// Argument validation: every check runs before anything touches memory.
+//
+// validate_common checks what holds for every backend (shapes, dtypes, devices, strides, aliasing,
+// lse, scale) and fills AttentionParams; validate_for_backend adds what one concrete backend needs
+// (availability, dtype, compiled head dims). Both throw flashcore::Error naming the argument, its
+// value and what was expected.
+#pragma once
+
+#include <string>
+
+#include "common/params.h"
+#include "flashcore/flashcore.h"
+
+namespace flashcore::detail {
+
+// Alignment of base pointers and row/head/batch strides the CUDA kernels rely on (16-byte
+// vector loads, cp.async and TMA all need it).
+inline constexpr int64_t kCudaAlignmentBytes = 16;
+// Largest head_dim any CUDA kernel could hold in registers/shared memory.
+inline constexpr int kMaxCudaHeadDim = 256;
+
+bool is_cuda_backend(Backend backend);
+
+AttentionParams validate_common(const AttentionArgs& args);
+
+// Throws unless `backend` (not kAuto) can run this call.
+void validate_for_backend(const AttentionParams& params, const AttentionArgs& args,
+                          Backend backend);
+
+// Why `backend` cannot run on device `device_index`, or "" when it can.
+std::string backend_unavailable_reason(Backend backend, int device_index);
+
+// "cpu" or "cuda:1".
+std::string device_name(const Device& device);
+
+}  // namespace flashcore::detail

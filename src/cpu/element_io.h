@@ -1,0 +1,38 @@
+// Reading and writing one element of a fp16/bf16/fp32 tensor on the host.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/half_convert.h"
+#include "flashcore/flashcore.h"
+
+namespace flashcore::detail {
+
+inline float load_element(DType dtype, const void* base, int64_t offset) {
+  switch (dtype) {
+    case DType::kFloat16: return fp16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
+    case DType::kFloat32: return static_cast<const float*>(base)[offset];
+  }
+  return 0.0f;
+}
+
+inline void store_element(DType dtype, void* base, int64_t offset, float value) {
+  switch (dtype) {
+    case DType::kFloat16: static_cast<uint16_t*>(base)[offset] = float_to_fp16(value); break;
+    case DType::kBFloat16: static_cast<uint16_t*>(base)[offset] = float_to_bf16(value); break;
+    case DType::kFloat32: static_cast<float*>(base)[offset] = value; break;
+  }
+}
+
+// value rounded to the dtype and back (identity for fp32).
+inline float round_to_dtype(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kFloat16: return fp16_to_float(float_to_fp16(value));
+    case DType::kBFloat16: return bf16_to_float(float_to_bf16(value));
+    case DType::kFloat32: return value;
+  }
+  return value;
+}
+
+}  // namespace flashcore::detail

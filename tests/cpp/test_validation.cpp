@@ -1,0 +1,331 @@
+// Every validation error: thrown before anything runs, naming the argument and the value.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "api/validate.h"
+#include "flashcore/flashcore.h"
+
+namespace flashcore {
+namespace {
+
+constexpr Device kCpu{DeviceType::kCPU, 0};
+constexpr Device kCuda0{DeviceType::kCUDA, 0};
+
+// Fake, well-aligned device addresses, far apart: validation never dereferences CUDA pointers.
+void* fake_device_ptr(uintptr_t slot) { return reinterpret_cast<void*>((slot + 1) << 32); }
+
+// Runs validation and returns the error message ("" when nothing was thrown).
+std::string error_of(const AttentionArgs& args) {
+  try {
+    select_backend(args);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+#define EXPECT_ERROR_MENTIONS(args, ...)                                          \
+  do {                                                                            \
+    const std::string message_ = error_of(args);                                  \
+    ASSERT_FALSE(message_.empty()) << "no error thrown";                          \
+    for (const char* part_ : {__VA_ARGS__}) {                                     \
+      EXPECT_NE(message_.find(part_), std::string::npos)                          \
+          << "message \"" << message_ << "\" lacks \"" << part_ << "\"";          \
+    }                                                                             \
+  } while (0)
+
+// Valid host args: b2 sq16 sk24 hq8 hkv2 d64 fp16, owning their buffers.
+class Validation : public ::testing::Test {
+ protected:
+  static constexpr int64_t kB = 2, kSq = 16, kSk = 24, kHq = 8, kHkv = 2, kD = 64;
+  std::vector<uint16_t> q_buf = std::vector<uint16_t>(kB * kSq * kHq * kD);
+  std::vector<uint16_t> k_buf = std::vector<uint16_t>(kB * kSk * kHkv * kD);
+  std::vector<uint16_t> v_buf = std::vector<uint16_t>(kB * kSk * kHkv * kD);
+  std::vector<uint16_t> o_buf = std::vector<uint16_t>(kB * kSq * kHq * kD);
+  std::vector<float> lse_buf = std::vector<float>(kB * kHq * kSq);
+  AttentionArgs args;
+
+  void SetUp() override {
+    args.q = make_tensor(q_buf.data(), DType::kFloat16, kCpu, {kB, kSq, kHq, kD});
+    args.k = make_tensor(k_buf.data(), DType::kFloat16, kCpu, {kB, kSk, kHkv, kD});
+    args.v = make_tensor(v_buf.data(), DType::kFloat16, kCpu, {kB, kSk, kHkv, kD});
+    args.out = make_tensor(o_buf.data(), DType::kFloat16, kCpu, {kB, kSq, kHq, kD});
+    ASSERT_EQ(error_of(args), "");
+  }
+
+  // The same shapes as CUDA tensors at fake device addresses.
+  void move_to_cuda() {
+    TensorView* views[] = {&args.q, &args.k, &args.v, &args.out};
+    for (uintptr_t i = 0; i < 4; ++i) {
+      views[i]->device = kCuda0;
+      views[i]->data = fake_device_ptr(i);
+    }
+  }
+
+  bool cuda_backends_can_see_fakes() const {
+    // With a real GPU present, fake pointers fail the device-memory check first.
+    return backend_available(Backend::kSM80) || backend_available(Backend::kSM90);
+  }
+};
+
+TEST_F(Validation, TensorsMustBe4D) {
+  args.q = make_tensor(q_buf.data(), DType::kFloat16, kCpu, {kB * kSq, kHq, kD});
+  EXPECT_ERROR_MENTIONS(args, "q must be 4-D", "ndim=3");
+  SetUp();
+  args.out = make_tensor(o_buf.data(), DType::kFloat16, kCpu, {kB, kSq, kHq * kD});
+  EXPECT_ERROR_MENTIONS(args, "out must be 4-D", "ndim=3");
+  SetUp();
+  args.v = make_tensor(v_buf.data(), DType::kFloat16, kCpu, {kB * kSk * kHkv * kD});
+  EXPECT_ERROR_MENTIONS(args, "v must be 4-D", "ndim=1");
+}
+
+TEST_F(Validation, HeadsQMustBeMultipleOfHeadsKv) {
+  std::vector<uint16_t> big_q(kB * kSq * 32 * kD), big_o(big_q.size()), kv(kB * kSk * 6 * kD),
+      kv2(kv.size());
+  args.q = make_tensor(big_q.data(), DType::kFloat16, kCpu, {kB, kSq, 32, kD});
+  args.out = make_tensor(big_o.data(), DType::kFloat16, kCpu, {kB, kSq, 32, kD});
+  args.k = make_tensor(kv.data(), DType::kFloat16, kCpu, {kB, kSk, 6, kD});
+  args.v = make_tensor(kv2.data(), DType::kFloat16, kCpu, {kB, kSk, 6, kD});
+  EXPECT_ERROR_MENTIONS(args, "heads_q=32 is not a multiple of heads_kv=6");
+}
+
+TEST_F(Validation, BatchMismatchNamesBothTensors) {
+  args.k.shape[0] = args.v.shape[0] = 1;
+  EXPECT_ERROR_MENTIONS(args, "batch of q (2)", "batch of k (1)");
+}
+
+TEST_F(Validation, HeadDimMismatchNamesBothTensors) {
+  args.k.shape[3] = args.v.shape[3] = 32;
+  EXPECT_ERROR_MENTIONS(args, "head_dim of q (64)", "head_dim of k (32)");
+}
+
+TEST_F(Validation, OutShapeMustMatchQ) {
+  args.out.shape[1] = 8;
+  EXPECT_ERROR_MENTIONS(args, "seqlen of out (8)", "seqlen of q (16)");
+}
+
+TEST_F(Validation, KAndVShapesMustMatch) {
+  args.v.shape[1] = 20;
+  EXPECT_ERROR_MENTIONS(args, "k and v must have the same shape", "[2, 24, 2, 64]",
+                        "[2, 20, 2, 64]");
+}
+
+TEST_F(Validation, DtypeMismatchNamesBothDtypes) {
+  args.k.dtype = DType::kBFloat16;
+  EXPECT_ERROR_MENTIONS(args, "dtype of k (bf16)", "dtype of q (fp16)");
+}
+
+TEST_F(Validation, Fp32OnlyOnHostBackends) {
+  move_to_cuda();
+  for (TensorView* t : {&args.q, &args.k, &args.v, &args.out}) t->dtype = DType::kFloat32;
+  EXPECT_ERROR_MENTIONS(args, "fp32", "cpu and reference backends");
+}
+
+TEST_F(Validation, LastDimStrideMustBeOne) {
+  args.k.strides[3] = 3;
+  EXPECT_ERROR_MENTIONS(args, "stride of last dim of k must be 1, got 3");
+}
+
+TEST_F(Validation, CudaBasePointerMustBe16ByteAligned) {
+  move_to_cuda();
+  args.q.data = static_cast<char*>(args.q.data) + 8;
+  EXPECT_ERROR_MENTIONS(args, "data pointer of q", "16-byte aligned");
+  const std::string message = error_of(args);
+  char address[32];
+  std::snprintf(address, sizeof(address), "%p", args.q.data);
+  EXPECT_NE(message.find(address), std::string::npos) << message << " lacks " << address;
+}
+
+TEST_F(Validation, CudaRowStridesMustKeepRowsAligned) {
+  move_to_cuda();
+  args.k.strides[1] = kHkv * kD + 4;  // 4 fp16 = 8 bytes of padding per row
+  args.v.strides[1] = kHkv * kD + 4;
+  EXPECT_ERROR_MENTIONS(args, "seqlen stride of k is 132 elements (264 bytes)", "multiple of 16");
+}
+
+TEST_F(Validation, HostTensorsMayHaveAnyStride) {
+  args.k.strides[1] = args.v.strides[1] = kHkv * kD + 4;
+  std::vector<uint16_t> k(kB * kSk * (kHkv * kD + 4)), v(k.size());
+  args.k.data = k.data(), args.v.data = v.data();
+  EXPECT_EQ(error_of(args), "");
+}
+
+TEST_F(Validation, DevicesMustMatch) {
+  move_to_cuda();
+  args.k.device = kCpu;
+  EXPECT_ERROR_MENTIONS(args, "q on cuda:0 but k on cpu");
+  move_to_cuda();
+  args.out.device = Device{DeviceType::kCUDA, 1};
+  EXPECT_ERROR_MENTIONS(args, "q on cuda:0 but out on cuda:1");
+}
+
+#ifdef FLASHCORE_HAS_CUDA
+TEST_F(Validation, CudaTensorMustBeDeviceMemory) {
+  if (!backend_available(Backend::kSM80) && !backend_available(Backend::kSM90)) {
+    GTEST_SKIP() << "no CUDA device: the device-memory check needs one";
+  }
+  for (TensorView* t : {&args.q, &args.k, &args.v, &args.out}) t->device = kCuda0;
+  EXPECT_ERROR_MENTIONS(args, "q is marked as on cuda:0", "is not memory of that device");
+}
+#endif
+
+TEST_F(Validation, OutMustNotAliasInputs) {
+  args.out.data = args.q.data;
+  EXPECT_ERROR_MENTIONS(args, "out overlaps q");
+  SetUp();
+  // Partial overlap: out starts inside v.
+  std::vector<uint16_t> shared(v_buf.size() + o_buf.size());
+  args.v.data = shared.data();
+  args.out.data = shared.data() + v_buf.size() - 64;
+  EXPECT_ERROR_MENTIONS(args, "out overlaps v");
+}
+
+TEST_F(Validation, LseShapeDtypeStrideAndDevice) {
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kHq, kSq});
+  EXPECT_EQ(error_of(args), "");
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kSq, kHq});
+  EXPECT_ERROR_MENTIONS(args, "lse must have shape [2, 8, 16]", "got [2, 16, 8]");
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB * kHq * kSq});
+  EXPECT_ERROR_MENTIONS(args, "lse must be 3-D", "ndim=1");
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat16, kCpu, {kB, kHq, kSq});
+  EXPECT_ERROR_MENTIONS(args, "lse must be fp32, got fp16");
+  args.lse = make_strided_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kHq, kSq / 2},
+                                 {kHq * kSq, kSq, 2});
+  args.lse->shape[2] = kSq;
+  EXPECT_ERROR_MENTIONS(args, "stride of last dim of lse must be 1, got 2");
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCuda0, {kB, kHq, kSq});
+  EXPECT_ERROR_MENTIONS(args, "lse on cuda:0 but q on cpu");
+}
+
+TEST_F(Validation, SoftmaxScaleMustBeFinitePositive) {
+  for (float scale : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    args.softmax_scale = scale;
+    EXPECT_ERROR_MENTIONS(args, "softmax_scale must be finite and > 0, got");
+  }
+  args.softmax_scale = -1.0f;
+  EXPECT_ERROR_MENTIONS(args, "got -1");
+}
+
+TEST_F(Validation, HeadDimMustBePositive) {
+  for (TensorView* t : {&args.q, &args.k, &args.v, &args.out}) t->shape[3] = 0;
+  EXPECT_ERROR_MENTIONS(args, "head_dim must be > 0, got head_dim=0");
+}
+
+TEST_F(Validation, CudaHeadDimAtMost256) {
+  move_to_cuda();
+  for (TensorView* t : {&args.q, &args.k, &args.v, &args.out}) t->shape[3] = 512;
+  EXPECT_ERROR_MENTIONS(args, "head_dim=512 is larger than 256");
+}
+
+// "head_dim=80 is not supported by backend sm90; supported: ..." needs a CUDA backend that can run:
+// test_gpu_attention.cpp covers it on a device.
+
+TEST_F(Validation, ExplicitBackendMustBeAvailable) {
+  if (cuda_backends_can_see_fakes() || backend_available(Backend::kSM90)) {
+    GTEST_SKIP() << "backend sm90 is available here";
+  }
+  move_to_cuda();
+  args.backend = Backend::kSM90;
+  EXPECT_ERROR_MENTIONS(args, "backend sm90 requested but not available");
+}
+
+TEST_F(Validation, AutoOnCudaTensorsWithoutCudaBackendsExplains) {
+  if (cuda_backends_can_see_fakes()) GTEST_SKIP() << "a CUDA backend is available here";
+  move_to_cuda();
+  const std::string message = error_of(args);
+  EXPECT_FALSE(message.empty());
+  EXPECT_NE(message.find("cuda:0"), std::string::npos) << message;
+}
+
+TEST_F(Validation, BackendMustMatchTensorDevice) {
+  move_to_cuda();
+  args.backend = Backend::kCPU;
+  EXPECT_ERROR_MENTIONS(args, "backend cpu needs host tensors, but q is on cuda:0");
+  args.backend = Backend::kReference;
+  EXPECT_ERROR_MENTIONS(args, "backend reference needs host tensors");
+  SetUp();
+  args.backend = Backend::kSM80;
+  EXPECT_ERROR_MENTIONS(args, "backend sm80 needs CUDA tensors, but q is on cpu");
+}
+
+TEST_F(Validation, NegativeSizes) {
+  args.q.shape[1] = -1;
+  EXPECT_ERROR_MENTIONS(args, "size of dim 1 of q must be >= 0, got -1");
+}
+
+TEST_F(Validation, NullPointerWithElements) {
+  args.v.data = nullptr;
+  EXPECT_ERROR_MENTIONS(args, "v has a null data pointer", "6144 elements");
+}
+
+TEST_F(Validation, ZeroSizesAreValid) {
+  args.q.shape[1] = args.out.shape[1] = 0;
+  EXPECT_EQ(error_of(args), "");
+  SetUp();
+  args.k.shape[1] = args.v.shape[1] = 0;
+  EXPECT_EQ(error_of(args), "");
+}
+
+TEST_F(Validation, ParamsCarryDefaultScaleAndStrides) {
+  args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kHq, kSq});
+  detail::AttentionParams p = detail::validate_common(args);
+  EXPECT_FLOAT_EQ(p.softmax_scale, 0.125f);
+  EXPECT_FLOAT_EQ(p.softmax_scale_log2, 0.125f * 1.44269504f);
+  EXPECT_EQ(p.q_row_stride, kHq * kD);
+  EXPECT_EQ(p.k_batch_stride, kSk * kHkv * kD);
+  EXPECT_EQ(p.lse_head_stride, kSq);
+  EXPECT_EQ(p.group_size(), 4);
+  args.softmax_scale = 0.3f;
+  EXPECT_FLOAT_EQ(detail::validate_common(args).softmax_scale, 0.3f);
+}
+
+TEST(TensorHelpers, StridedTensorChecksVectorSizes) {
+  try {
+    make_strided_tensor(nullptr, DType::kFloat16, kCpu, {1, 2, 3, 4}, {24, 12, 4});
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("strides must have as many entries as shape (4), "
+                                             "got 3"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(make_tensor(nullptr, DType::kFloat16, kCpu, {1, 2, 3, 4, 5}), Error);
+  TensorView t = make_tensor(nullptr, DType::kBFloat16, kCpu, {2, 3, 4, 5});
+  EXPECT_EQ(t.numel(), 120);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.strides[0], 60);
+  t.strides[1] = 40;
+  EXPECT_FALSE(t.is_contiguous());
+}
+
+TEST(TensorHelpers, ParsingNamesValueAndChoices) {
+  EXPECT_EQ(parse_backend("sm90"), Backend::kSM90);
+  EXPECT_EQ(parse_backend("reference"), Backend::kReference);
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::kBFloat16);
+  EXPECT_EQ(parse_dtype("fp32"), DType::kFloat32);
+  try {
+    parse_backend("sm70");
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("'sm70'"), std::string::npos) << message;
+    EXPECT_NE(message.find("auto, reference, cpu, sm80, sm90"), std::string::npos) << message;
+  }
+  try {
+    parse_dtype("int8");
+    FAIL() << "no error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("'int8'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("bf16"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(dtype_size(DType::kFloat32), 4u);
+  EXPECT_EQ(dtype_size(DType::kBFloat16), 2u);
+  EXPECT_STREQ(version(), "0.1.0");
+  EXPECT_TRUE(supported_head_dims(Backend::kCPU).empty());
+  EXPECT_TRUE(backend_available(Backend::kCPU));
+}
+
+}  // namespace
+}  // namespace flashcore
