@@ -1,0 +1,254 @@
+// nanobind module `flashcore._flashcore`: turns Python tensors into flashcore::TensorView and calls
+// the C++ API. Thin on purpose: every check lives in the library, which names the argument.
+//
+// Two ways in:
+//   attention_forward(q, k, v, out, lse, ...)      any DLPack tensor (NumPy, PyTorch, CuPy, JAX)
+//   attention_forward_raw(q, k, v, out, lse, ...)  (data_ptr, dtype, device_type, device_index,
+//                                                   shape, strides) tuples: the PyTorch op uses it
+//                                                   because torch's __dlpack__() without a stream
+//                                                   synchronises with the legacy default stream,
+//                                                   which breaks CUDA graph capture, and refuses
+//                                                   tensors that require grad.
+// flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flashcore/flashcore.h"
+
+namespace nb = nanobind;
+using flashcore::Backend;
+using flashcore::Device;
+using flashcore::DeviceType;
+using flashcore::DType;
+using flashcore::Error;
+using flashcore::TensorView;
+
+namespace {
+
+// Inputs may be read-only (e.g. NumPy views of constants); outputs must be writable.
+using InputArray = nb::ndarray<nb::ro>;
+using OutputArray = nb::ndarray<>;
+
+// (data_ptr, dtype code, device type code, device index, shape, strides in elements).
+using RawTensor =
+    std::tuple<uintptr_t, int, int, int, std::vector<int64_t>, std::vector<int64_t>>;
+// Codes of RawTensor, mirrored in flashcore/_raw.py.
+enum RawDType : int { kRawFloat16 = 0, kRawBFloat16 = 1, kRawFloat32 = 2 };
+enum RawDevice : int { kRawCPU = 0, kRawCUDA = 1 };
+
+constexpr int kBitsHalf = 16;
+constexpr int kBitsSingle = 32;
+
+std::string describe_dtype(const nb::dlpack::dtype& dt) {
+  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
+  std::string kind = code == nb::dlpack::dtype_code::Float    ? "float"
+                     : code == nb::dlpack::dtype_code::Bfloat ? "bfloat"
+                     : code == nb::dlpack::dtype_code::Int    ? "int"
+                     : code == nb::dlpack::dtype_code::UInt   ? "uint"
+                     : code == nb::dlpack::dtype_code::Bool   ? "bool"
+                                                              : "code" + std::to_string(dt.code) + "_";
+  std::string text = kind + std::to_string(dt.bits);
+  if (dt.lanes != 1) text += "x" + std::to_string(dt.lanes);
+  return text;
+}
+
+DType dtype_of(const nb::dlpack::dtype& dt, const char* name) {
+  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
+  if (dt.lanes == 1) {
+    if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsHalf) return DType::kFloat16;
+    if (code == nb::dlpack::dtype_code::Bfloat && dt.bits == kBitsHalf) return DType::kBFloat16;
+    if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsSingle) return DType::kFloat32;
+  }
+  throw Error(std::string(name) + " has dtype " + describe_dtype(dt) +
+              ", expected float16, bfloat16 or float32");
+}
+
+Device device_of(int dlpack_device_type, int device_id, const char* name) {
+  if (dlpack_device_type == nb::device::cpu::value ||
+      dlpack_device_type == nb::device::cuda_host::value) {  // pinned host memory is host memory
+    return Device{DeviceType::kCPU, 0};
+  }
+  if (dlpack_device_type == nb::device::cuda::value) return Device{DeviceType::kCUDA, device_id};
+  throw Error(std::string(name) + " is on DLPack device type " +
+              std::to_string(dlpack_device_type) + ", expected cpu (1) or cuda (2)");
+}
+
+void check_rank(size_t ndim, const char* name) {
+  if (ndim == 0 || ndim > static_cast<size_t>(flashcore::kMaxDims)) {
+    throw Error(std::string(name) + " has " + std::to_string(ndim) +
+                " dimensions, expected 4 (batch, seqlen, heads, head_dim)");
+  }
+}
+
+// An empty tensor's strides carry no meaning (NumPy exports zeros for them): give it row-major
+// ones so that stride checks only ever judge tensors that have elements.
+void normalize_empty_strides(TensorView& view) {
+  if (view.numel() != 0) return;
+  int64_t stride = 1;
+  for (int i = view.ndim - 1; i >= 0; --i) {
+    view.strides[i] = stride;
+    stride *= view.shape[i] > 0 ? view.shape[i] : 1;
+  }
+}
+
+template <typename Array>
+TensorView view_of(const Array& array, const char* name) {
+  check_rank(array.ndim(), name);
+  TensorView view;
+  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
+  view.dtype = dtype_of(array.dtype(), name);
+  view.device = device_of(array.device_type(), array.device_id(), name);
+  view.ndim = static_cast<int>(array.ndim());
+  for (size_t i = 0; i < array.ndim(); ++i) {
+    view.shape[i] = static_cast<int64_t>(array.shape(i));
+    view.strides[i] = array.stride(i);
+  }
+  normalize_empty_strides(view);
+  return view;
+}
+
+TensorView view_of_raw(const RawTensor& raw, const char* name) {
+  const auto& [data_ptr, dtype_code, device_code, device_index, shape, strides] = raw;
+  check_rank(shape.size(), name);
+  if (strides.size() != shape.size()) {
+    throw Error(std::string(name) + " has " + std::to_string(strides.size()) + " strides for " +
+                std::to_string(shape.size()) + " dimensions");
+  }
+  TensorView view;
+  view.data = reinterpret_cast<void*>(data_ptr);
+  switch (dtype_code) {
+    case kRawFloat16: view.dtype = DType::kFloat16; break;
+    case kRawBFloat16: view.dtype = DType::kBFloat16; break;
+    case kRawFloat32: view.dtype = DType::kFloat32; break;
+    default:
+      throw Error(std::string(name) + " has raw dtype code " + std::to_string(dtype_code) +
+                  ", expected 0 (float16), 1 (bfloat16) or 2 (float32)");
+  }
+  if (device_code != kRawCPU && device_code != kRawCUDA) {
+    throw Error(std::string(name) + " has raw device code " + std::to_string(device_code) +
+                ", expected 0 (cpu) or 1 (cuda)");
+  }
+  view.device = device_code == kRawCUDA ? Device{DeviceType::kCUDA, device_index}
+                                        : Device{DeviceType::kCPU, 0};
+  view.ndim = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) {
+    view.shape[i] = shape[i];
+    view.strides[i] = strides[i];
+  }
+  normalize_empty_strides(view);
+  return view;
+}
+
+flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, TensorView out,
+                                   std::optional<TensorView> lse,
+                                   std::optional<float> softmax_scale, bool causal,
+                                   const std::string& backend, uintptr_t stream) {
+  flashcore::AttentionArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.out = out;
+  args.lse = lse;
+  args.softmax_scale = softmax_scale;
+  args.causal = causal;
+  args.backend = flashcore::parse_backend(backend);
+  args.stream = reinterpret_cast<CUstream_st*>(stream);
+  return args;
+}
+
+// Runs without the GIL: the CPU backend is multi-threaded and may take a while; the caller's
+// Python objects keep every buffer alive for the duration of the call.
+std::string run(const flashcore::AttentionArgs& args) {
+  Backend ran;
+  {
+    nb::gil_scoped_release no_gil;
+    ran = flashcore::attention_forward(args);
+  }
+  return flashcore::to_string(ran);
+}
+
+std::string forward_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
+                           const OutputArray& out, const std::optional<OutputArray>& lse,
+                           std::optional<float> softmax_scale, bool causal,
+                           const std::string& backend, uintptr_t stream) {
+  // Views are built in argument order so that the first bad argument is the one named.
+  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
+  const TensorView out_view = view_of(out, "out");
+  std::optional<TensorView> lse_view;
+  if (lse) lse_view = view_of(*lse, "lse");
+  return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
+                       stream));
+}
+
+std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor& v,
+                        const RawTensor& out, const std::optional<RawTensor>& lse,
+                        std::optional<float> softmax_scale, bool causal,
+                        const std::string& backend, uintptr_t stream) {
+  const TensorView q_view = view_of_raw(q, "q"), k_view = view_of_raw(k, "k");
+  const TensorView v_view = view_of_raw(v, "v"), out_view = view_of_raw(out, "out");
+  std::optional<TensorView> lse_view;
+  if (lse) lse_view = view_of_raw(*lse, "lse");
+  return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
+                       stream));
+}
+
+std::string select_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
+                          const OutputArray& out, const std::optional<OutputArray>& lse,
+                          std::optional<float> softmax_scale, bool causal,
+                          const std::string& backend) {
+  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
+  const TensorView out_view = view_of(out, "out");
+  std::optional<TensorView> lse_view;
+  if (lse) lse_view = view_of(*lse, "lse");
+  return flashcore::to_string(flashcore::select_backend(make_args(
+      q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend, 0)));
+}
+
+}  // namespace
+
+NB_MODULE(_flashcore, m) {
+  m.doc() = "FlashCore C++ bindings (use the flashcore package, not this module directly)";
+
+  nb::exception<Error>(m, "FlashCoreError", PyExc_ValueError);
+
+  m.def("attention_forward", &forward_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("out"), nb::arg("lse").none() = nb::none(),
+        nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
+        nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        "Runs attention on DLPack tensors (BSHD). Returns the name of the backend that ran.");
+  m.def("attention_forward_raw", &forward_raw, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("out"), nb::arg("lse").none() = nb::none(),
+        nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
+        nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        "Like attention_forward, tensors given as (data_ptr, dtype_code, device_code, "
+        "device_index, shape, strides) tuples.");
+  m.def("select_backend", &select_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("out"), nb::arg("lse").none() = nb::none(),
+        nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
+        nb::arg("backend") = "auto",
+        "The backend attention_forward would run for these arguments, or FlashCoreError.");
+  m.def(
+      "backend_available",
+      [](const std::string& backend, int device_index) {
+        return flashcore::backend_available(flashcore::parse_backend(backend), device_index);
+      },
+      nb::arg("backend"), nb::arg("device_index") = 0,
+      "Whether a backend was compiled in and can run here (a GPU of the right arch present).");
+  m.def(
+      "supported_head_dims",
+      [](const std::string& backend) {
+        return flashcore::supported_head_dims(flashcore::parse_backend(backend));
+      },
+      nb::arg("backend"), "Head dims a backend has kernels for (empty: any head_dim).");
+  m.def("version", &flashcore::version, "The library version string.");
+}

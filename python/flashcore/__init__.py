@@ -1,0 +1,95 @@
+"""FlashCore: fused attention kernels (H100/H200, Ampere) with a CPU reference.
+
+    import numpy as np, flashcore
+    q = np.random.randn(1, 128, 8, 64).astype(np.float32)       # [batch, seqlen, heads, head_dim]
+    out = flashcore.attention(q, q, q, causal=True)
+
+`flashcore.attention` takes NumPy arrays (CPU backends), PyTorch tensors (CPU or CUDA; outputs
+from torch's allocator on torch's current stream) or other DLPack arrays (CuPy, JAX). PyTorch
+users who want torch.compile / CUDA graphs / SDPA's layout use `flashcore.torch.attention`;
+transformers users call `flashcore.transformers.register()`. Importing this package never imports
+torch.
+"""
+
+import sys as _sys
+
+from . import _arrays
+from ._flashcore import FlashCoreError
+from ._flashcore import backend_available as _backend_available
+from ._flashcore import supported_head_dims as _supported_head_dims
+from ._flashcore import version as _version
+
+__all__ = [
+    "FlashCoreError",
+    "attention",
+    "backend_available",
+    "supported_head_dims",
+    "select_backend",
+    "version",
+    "__version__",
+]
+
+BACKENDS = ("auto", "reference", "cpu", "sm80", "sm90")
+
+
+def version():
+    """The C++ library's version string."""
+    return _version()
+
+
+__version__ = version()
+
+
+def backend_available(backend, device_index=0):
+    """Whether `backend` ("reference", "cpu", "sm80", "sm90") was compiled in and can run here."""
+    return _backend_available(_arrays.backend_name(backend), int(device_index))
+
+
+def supported_head_dims(backend):
+    """Head dims `backend` has kernels for; an empty list means any head_dim works."""
+    return list(_supported_head_dims(_arrays.backend_name(backend)))
+
+
+def _is_torch_tensor(value):
+    torch = _sys.modules.get("torch")  # a torch tensor can only exist once torch is imported
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, out=None,
+              backend=None, stream=None):
+    """out = softmax(q k^T * softmax_scale) v, in the BSHD layout.
+
+    q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim], any
+    strides with the last dimension contiguous; float16, bfloat16 or float32 (all the same).
+    causal: query i sees key j <= i + seqlen_k - seqlen_q (bottom-right aligned).
+    softmax_scale: default 1/sqrt(head_dim). heads_q must be a multiple of heads_kv (GQA/MQA).
+    return_lse: also return lse [batch, heads_q, seqlen_q] float32 (natural log).
+    out: write into this array (same shape/dtype/device as q) instead of allocating one.
+    backend: None/"auto", "reference", "cpu", "sm80" or "sm90".
+    stream: CUDA stream as an integer (cudaStream_t address) for CUDA arrays; default: torch's
+        current stream for torch tensors, CuPy's current stream for CuPy arrays, else 0 (legacy
+        default stream).
+
+    Returns out, or (out, lse) when return_lse. Raises FlashCoreError (a ValueError) naming the
+    argument, its value and what was expected.
+    """
+    backend = _arrays.backend_name(backend)
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+    if _is_torch_tensor(q):
+        from . import torch as _flashcore_torch
+
+        return _flashcore_torch.attention_any(
+            q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
+            return_lse=bool(return_lse), out=out, backend=backend, stream=stream)
+    return _arrays.attention_dlpack(
+        q, k, v, causal=bool(causal), softmax_scale=softmax_scale, return_lse=bool(return_lse),
+        out=out, backend=backend, stream=stream)
+
+
+def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):
+    """The backend `attention` would run for these arrays (NumPy/DLPack), or FlashCoreError."""
+    return _arrays.select_backend_dlpack(
+        q, k, v, causal=bool(causal),
+        softmax_scale=None if softmax_scale is None else float(softmax_scale),
+        backend=_arrays.backend_name(backend))

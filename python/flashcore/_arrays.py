@@ -1,0 +1,123 @@
+"""flashcore.attention for NumPy arrays and other DLPack arrays (CuPy, JAX): allocation of out and
+lse with the array's own module, then one call into the nanobind module."""
+
+import sys
+
+import numpy as np
+
+from . import _flashcore
+from ._flashcore import FlashCoreError
+
+# Codes of the raw tensor tuples understood by _flashcore.attention_forward_raw.
+RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32 = 0, 1, 2
+RAW_CPU, RAW_CUDA = 0, 1
+
+_EXPECTED_ARRAY = "a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX)"
+
+
+def backend_name(backend):
+    """None means "auto"; the C++ parser names any unknown value in its error."""
+    if backend is None:
+        return "auto"
+    if not isinstance(backend, str):
+        raise FlashCoreError(
+            f"backend must be a string (auto, reference, cpu, sm80, sm90), got {backend!r}")
+    return backend
+
+
+def check_array(name, value):
+    if isinstance(value, np.ndarray) or hasattr(value, "__dlpack__"):
+        return
+    raise FlashCoreError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
+
+
+def _is_numpy_bfloat16(array):
+    # NumPy has no bfloat16; ml_dtypes adds one that DLPack cannot export, so it goes in raw.
+    return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
+
+
+def _numpy_raw(name, array):
+    itemsize = array.dtype.itemsize
+    if any(stride % itemsize for stride in array.strides):
+        raise FlashCoreError(
+            f"{name} has byte strides {array.strides} that are not multiples of its element size "
+            f"{itemsize}")
+    return (array.ctypes.data, RAW_BFLOAT16, RAW_CPU, 0, tuple(array.shape),
+            tuple(stride // itemsize for stride in array.strides))
+
+
+def _array_module(array):
+    """The module that can allocate arrays like `array` (numpy, cupy), or None."""
+    if isinstance(array, np.ndarray):
+        return np
+    root = type(array).__module__.split(".")[0]
+    if root == "cupy":
+        return sys.modules["cupy"]
+    return None
+
+
+def _default_stream(array, stream):
+    if stream is not None:
+        return int(stream)
+    if type(array).__module__.split(".")[0] == "cupy":
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def _lse_shape(q):
+    batch, seqlen_q, heads_q = q.shape[0], q.shape[1], q.shape[2]
+    return (batch, heads_q, seqlen_q)
+
+
+def _allocate_outputs(q, out, return_lse):
+    xp = _array_module(q)
+    if out is None:
+        if xp is None:
+            raise FlashCoreError(
+                f"out= is required for q of type {type(q).__module__}.{type(q).__name__}: "
+                "FlashCore allocates outputs only for NumPy, CuPy and PyTorch arrays")
+        out = xp.empty(q.shape, dtype=q.dtype)
+    else:
+        check_array("out", out)
+    lse = None
+    # A q of the wrong rank gets no lse: the library then reports the rank of q itself.
+    if return_lse and len(q.shape) == 4:
+        if xp is None:
+            raise FlashCoreError(
+                f"return_lse=True needs FlashCore to allocate lse, which it cannot do for q of "
+                f"type {type(q).__module__}.{type(q).__name__}; use NumPy, CuPy or PyTorch")
+        lse = xp.empty(_lse_shape(q), dtype=xp.float32)
+    return out, lse
+
+
+def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        check_array(name, value)
+    out, lse = _allocate_outputs(q, out, return_lse)
+    if any(_is_numpy_bfloat16(a) for a in (q, k, v, out)):
+        tensors = [
+            _numpy_raw(name, a) if _is_numpy_bfloat16(a) else _not_bfloat16(name, a)
+            for name, a in (("q", q), ("k", k), ("v", v), ("out", out))
+        ]
+        lse_raw = None
+        if lse is not None:
+            lse_raw = (lse.ctypes.data, RAW_FLOAT32, RAW_CPU, 0, tuple(lse.shape),
+                       tuple(s // lse.itemsize for s in lse.strides))
+        _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
+    else:
+        _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend,
+                                     _default_stream(q, stream))
+    return (out, lse) if return_lse else out
+
+
+def _not_bfloat16(name, array):
+    raise FlashCoreError(
+        f"{name} has dtype {getattr(array, 'dtype', type(array).__name__)} but another argument "
+        "is bfloat16: q, k, v and out must share one dtype")
+
+
+def select_backend_dlpack(q, k, v, *, causal, softmax_scale, backend):
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        check_array(name, value)
+    out, _ = _allocate_outputs(q, None, False)
+    return _flashcore.select_backend(q, k, v, out, None, softmax_scale, causal, backend)
