@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/numeric.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/ptx/wgmma_ops.cuh"
 
@@ -41,6 +42,19 @@ template <int kCount>
 __device__ __forceinline__ void fence_accumulators(float (&acc)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+// An accumulator tile (64 x N fp32) as the 16-bit A operand of the next wgmma (64 x K=N): K-step k
+// takes accumulator columns 16k..16k+15, d[8k..8k+7], packed in pairs; no data moves between lanes.
+template <DType kDType, int kAccRegs>
+__device__ __forceinline__ void accumulator_to_a_fragments(const float (&acc)[kAccRegs],
+                                                           uint32_t (&a)[kAccRegs / 8][4]) {
+  static_assert(kAccRegs % 8 == 0, "N must be a multiple of 16 to feed a k16 wgmma");
+#pragma unroll
+  for (int k = 0; k < kAccRegs / 8; ++k) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[k][r] = pack_pair<kDType>(acc[8 * k + 2 * r], acc[8 * k + 2 * r + 1]);
+  }
 }
 
 }  // namespace flashcore::detail

@@ -44,16 +44,6 @@ struct Sm90ConsumerMath {
     wgmma_commit_group();
   }
 
-  // P (the softmaxed S registers) as 16-bit A fragments, one group of 4 registers per K-step.
-  __device__ __forceinline__ static void convert_p(const float (&s)[kSAccRegs],
-                                                   uint32_t (&p)[kPSteps][4]) {
-#pragma unroll
-    for (int k = 0; k < kPSteps; ++k) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[k][r] = pack_pair<kDType>(s[8 * k + 2 * r], s[8 * k + 2 * r + 1]);
-    }
-  }
-
   // Issues O += P V (not waited for).
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
                                                   const uint32_t (&p)[kPSteps][4],
@@ -104,7 +94,7 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<kHeadDim>& sme
     softmax.update(s, params.softmax_scale_log2, correction);
     scale_rows(o, correction);
     uint32_t p[Math::kPSteps][4];
-    Math::convert_p(s, p);
+    accumulator_to_a_fragments<kDType>(s, p);  // P = softmaxed S
 
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));

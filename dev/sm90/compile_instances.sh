@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Compiles every sm90 kernel instance on its own with nvcc for sm_90a and prints, per instance,
+# ptxas registers / stack / spills and the SASS instruction families that must be there (HGMMA,
+# UTMALDG, SYNCS) and must not (LDL/STL local-memory traffic). Needs no GPU.
+# Usage (repository root): bash dev/sm90/compile_instances.sh [out_dir]
+set -euo pipefail
+out=${1:-/tmp/flashcore_sm90_instances}
+mkdir -p "$out"
+for dtype in kFloat16 kBFloat16; do
+  for hd in 64 128 256; do
+    for causal in false true; do
+      name=sm90_${dtype}_hd${hd}_${causal}
+      cat > "$out/$name.cu" <<SRC
+#include "cuda/sm90/launch.cuh"
+template void flashcore::detail::run_sm90_forward<flashcore::DType::${dtype}, ${hd}, ${causal}>(
+    const flashcore::detail::AttentionParams&);
+SRC
+      nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+        -Xptxas -v -I include -I src -c "$out/$name.cu" -o "$out/$name.o" > "$out/$name.log" 2>&1
+      regs=$(grep -o "Used [0-9]* registers" "$out/$name.log" | head -1)
+      frame=$(grep -o "[0-9]* bytes stack frame, [0-9]* bytes spill stores, [0-9]* bytes spill loads" "$out/$name.log" | head -1)
+      warn=$(grep -c -i "warning" "$out/$name.log" || true)
+      cuobjdump --dump-sass "$out/$name.o" > "$out/$name.sass"
+      count() { grep -c "$1" "$out/$name.sass" || true; }
+      echo "$name: $regs; $frame; warnings $warn; HGMMA $(count HGMMA) UTMALDG $(count UTMALDG) UTMASTG $(count UTMASTG) SYNCS $(count SYNCS) LDL $(count 'LDL') STL $(count 'STL')"
+    done
+  done
+done

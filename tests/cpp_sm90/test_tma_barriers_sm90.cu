@@ -1,0 +1,194 @@
+// Device tests of TMA, mbarrier, named barriers and setmaxnreg, in the way the Hopper kernel uses
+// them:
+//   (c) mbarrier expect_tx + TMA 4-D loads of a BSHD tensor through two barrier phases, including a
+//       box that runs past the sequence end (must be zero-filled), read back with the 128B swizzle
+//       formula; then ordinary swizzled stores + fence.proxy.async + TMA store of a box that runs
+//       past the sequence end (those rows must not be written).
+//   (d) a 384-thread kernel with setmaxnreg (producer dec, consumers inc), a 256-thread named
+//       barrier between the consumer warpgroups, and an mbarrier that needs 256 arrivals.
+#include <cuda.h>
+
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
+#include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "sm90_test_util.h"
+
+namespace flashcore::sm90_test {
+namespace {
+
+using namespace flashcore::detail;
+
+// BSHD tensor of the round trip: a sequence length that is not a multiple of the box.
+constexpr int kBatch = 2, kSeqlen = 100, kHeads = 3, kHeadDim = 128;
+constexpr int kBoxRows = 64, kBoxCols = 64;
+constexpr int kBoxBytes = kBoxRows * kBoxCols * 2;
+// Box coordinates (col, row, head, batch): first a box that runs past the end (rows 64..127 of
+// 100), then one fully inside.
+struct Box {
+  int col, row, head, batch;
+};
+constexpr Box kTailBox{64, 64, 2, 1};
+constexpr Box kInsideBox{0, 16, 1, 0};
+
+__global__ void __launch_bounds__(128) tma_round_trip_kernel(
+    const __grid_constant__ CUtensorMap map_in, const __grid_constant__ CUtensorMap map_out,
+    uint16_t* loaded, Box tail_box, Box inside_box) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ uint64_t bar;
+  const uint32_t base = smem_u32(smem_raw);
+  uint8_t* tile = smem_raw + (((base + 1023u) & ~1023u) - base);
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bar, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  const Box boxes[2] = {tail_box, inside_box};
+  for (int phase = 0; phase < 2; ++phase) {
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(&bar, kBoxBytes);
+      tma_load_4d(tile, &map_in, &bar, boxes[phase].col, boxes[phase].row, boxes[phase].head,
+                  boxes[phase].batch);
+    }
+    mbarrier_wait_parity(&bar, phase);
+    for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+      const int r = i / kBoxCols, c = i % kBoxCols;
+      loaded[phase * kBoxRows * kBoxCols + i] =
+          *reinterpret_cast<const uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c));
+    }
+    __syncthreads();  // everyone read the tile before the next load overwrites it
+  }
+  // Store: tile(r, c) = 1000 + 64 r + c as raw 16-bit patterns, written with ordinary stores.
+  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+    const int r = i / kBoxCols, c = i % kBoxCols;
+    *reinterpret_cast<uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c)) =
+        static_cast<uint16_t>(1000 + 64 * r + c);
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma_store_4d(&map_out, tile, tail_box.col, tail_box.row, tail_box.head, tail_box.batch);
+    tma_store_commit_group();
+    tma_store_wait_all();
+  }
+}
+
+size_t bshd_index(int b, int s, int h, int d) {
+  return ((size_t(b) * kSeqlen + s) * kHeads + h) * kHeadDim + d;
+}
+
+TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
+  SKIP_WITHOUT_SM90();
+  const size_t numel = size_t(kBatch) * kSeqlen * kHeads * kHeadDim;
+  std::vector<uint16_t> input(numel);
+  for (size_t i = 0; i < numel; ++i) input[i] = static_cast<uint16_t>(i % 60000 + 1);  // never 0
+  constexpr uint16_t kSentinel = 0xBEEF;
+  DeviceBuffer<uint16_t> in_dev(input), out_dev(std::vector<uint16_t>(numel, kSentinel));
+  DeviceBuffer<uint16_t> loaded(2 * kBoxRows * kBoxCols);
+  const BshdTensor in_tensor{"in", in_dev.ptr, kHeadDim, kSeqlen, kHeads, kBatch,
+                             kHeads * kHeadDim, kHeadDim, int64_t(kSeqlen) * kHeads * kHeadDim};
+  BshdTensor out_tensor = in_tensor;
+  out_tensor.name = "out";
+  out_tensor.data = out_dev.ptr;
+  const CUtensorMap map_in = make_bshd_tensor_map(in_tensor, DType::kFloat16, kBoxRows);
+  const CUtensorMap map_out = make_bshd_tensor_map(out_tensor, DType::kFloat16, kBoxRows);
+  const int smem = kBoxBytes + 1024;
+  ASSERT_CUDA(cudaFuncSetAttribute(tma_round_trip_kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  tma_round_trip_kernel<<<1, 128, smem>>>(map_in, map_out, loaded.ptr, kTailBox, kInsideBox);
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+
+  // Loads: phase 0 is the tail box (rows past 100 zero), phase 1 the inside box.
+  const std::vector<uint16_t> got = loaded.to_host();
+  const Box boxes[2] = {kTailBox, kInsideBox};
+  for (int phase = 0; phase < 2; ++phase) {
+    std::vector<float> expected(kBoxRows * kBoxCols), actual(kBoxRows * kBoxCols);
+    const Box& box = boxes[phase];
+    for (int r = 0; r < kBoxRows; ++r)
+      for (int c = 0; c < kBoxCols; ++c) {
+        const int row = box.row + r;
+        expected[r * kBoxCols + c] =
+            row < kSeqlen ? input[bshd_index(box.batch, row, box.head, box.col + c)] : 0.0f;
+        actual[r * kBoxCols + c] = got[phase * kBoxRows * kBoxCols + r * kBoxCols + c];
+      }
+    EXPECT_TRUE(matrices_equal(std::string("TMA load (raw 16-bit patterns), barrier phase ") +
+                                   std::to_string(phase) + (phase == 0 ? " (tail box: rows >= " +
+                                   std::to_string(kSeqlen - box.row) + " must be 0)" : ""),
+                               expected, actual, kBoxRows, kBoxCols));
+  }
+
+  // Store: only rows 64..99 of (batch 1, head 2, cols 64..127) change.
+  const std::vector<uint16_t> out = out_dev.to_host();
+  int wrong = 0;
+  std::ostringstream first;
+  for (int b = 0; b < kBatch; ++b)
+    for (int s = 0; s < kSeqlen; ++s)
+      for (int h = 0; h < kHeads; ++h)
+        for (int d = 0; d < kHeadDim; ++d) {
+          const int r = s - kTailBox.row, c = d - kTailBox.col;
+          const bool inside = b == kTailBox.batch && h == kTailBox.head && r >= 0 && r < kBoxRows &&
+                              c >= 0 && c < kBoxCols;
+          const uint16_t want = inside ? static_cast<uint16_t>(1000 + 64 * r + c) : kSentinel;
+          const uint16_t have = out[bshd_index(b, s, h, d)];
+          if (want != have && wrong++ < 8)
+            first << "\n  (batch " << b << ", row " << s << ", head " << h << ", col " << d
+                  << "): expected " << want << ", got " << have;
+        }
+  EXPECT_EQ(wrong, 0) << "TMA store of a box clipped at seqlen " << kSeqlen << ": " << wrong
+                      << " elements wrong; first:" << first.str();
+}
+
+// (d) Warp specialization skeleton: producer warpgroup gives registers back, consumers take them,
+// consumers exchange values through a 256-thread named barrier, and all 256 arrive on an mbarrier
+// the producer waits for (the kv_empty pattern).
+constexpr int kThreads = 384, kConsumerThreads = 256;
+constexpr uint32_t kConsumerBarrierId = 3;
+
+__global__ void __launch_bounds__(kThreads, 1) warp_specialization_kernel(int* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ int exchange[kConsumerThreads];
+  __shared__ uint64_t released;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&released, kConsumerThreads);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
+  if (warpgroup == 0) {
+    setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      mbarrier_wait_parity(&released, 0);
+      out[kConsumerThreads] = 1;  // reached only after all 256 consumer arrivals
+    }
+  } else {
+    setmaxnreg_inc<232>();
+    const int c = threadIdx.x - 128;
+    exchange[c] = 3 * c + 1;
+    named_barrier_sync(kConsumerBarrierId, kConsumerThreads);
+    out[c] = exchange[(c + 128) % kConsumerThreads];  // the other warpgroup's value
+    mbarrier_arrive(&released);
+  }
+#endif
+}
+
+TEST(Sm90Barriers, NamedBarrierSetmaxnregAndMbarrierArrivals) {
+  SKIP_WITHOUT_SM90();
+  DeviceBuffer<int> out(kConsumerThreads + 1);
+  ASSERT_CUDA(cudaMemset(out.ptr, 0, out.count * sizeof(int)));
+  warp_specialization_kernel<<<1, kThreads>>>(out.ptr);
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<int> got = out.to_host();
+  for (int c = 0; c < kConsumerThreads; ++c) {
+    const int want = 3 * ((c + 128) % kConsumerThreads) + 1;
+    ASSERT_EQ(got[c], want) << "consumer thread " << c << " read the wrong value across the "
+                            << "named barrier (id " << kConsumerBarrierId << ", 256 threads)";
+  }
+  EXPECT_EQ(got[kConsumerThreads], 1) << "producer never saw the 256 mbarrier arrivals";
+}
+
+}  // namespace
+}  // namespace flashcore::sm90_test
