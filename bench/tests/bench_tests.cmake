@@ -13,7 +13,7 @@ endfunction()
 
 # The no-flag default passes (the README's main job).
 flashcore_bench_test(bench_default 0 "all results pass")
-flashcore_bench_test(bench_help 0 "usage: flashcore-bench")
+flashcore_bench_test(bench_help 0 "usage: flashcore-bench" --help)
 # Bad flags: exit 2 with a message naming the flag and the value.
 flashcore_bench_test(bench_bad_head_dim 2 "--head-dim expects an integer.*got 'abc'" --head-dim abc)
 flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --backend nope)

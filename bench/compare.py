@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""FlashCore side by side with torch SDPA's cuDNN and FlashAttention-2 backends.
+
+For each config of a grid: q, k, v are drawn once (torch.randn, std 1, BSHD) and every
+implementation runs on those same tensors in this one process: flashcore.attention (one column
+per --compare-backends entry), SDPA with CUDNN_ATTENTION and with FLASH_ATTENTION. Each gets a
+checked run (BENCHMARKS.md rule against a float64 reference on sampled query rows of batch
+element 0; flashcore's output NaN-poisoned first), then warm-up and CUDA-event timing (median).
+Writes compare.json and compare.md to --out and prints the markdown table last.
+
+  python3 bench/compare.py --grid standard --out results/run1
+  python3 bench/compare.py --grid quick --compare-backends sm80,sm90
+  python3 bench/compare.py --grid tiny --device cpu --backend cpu     # no GPU needed
+  python3 bench/compare.py --list --grid standard                     # configs only, no torch
+
+Exit code: 0 when every flashcore result ran and passed, 1 otherwise, 2 for bad arguments.
+"""
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+
+import compare_grids
+import compare_report
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GEMM_SIZE = 8192            # BENCHMARKS.md ceiling: bf16 GEMM 8192^3
+COPY_BYTES = 1 << 30        # device-to-device copy ceiling: 1 GiB, far larger than any L2
+CEILING_RUNS = 20
+# The CPU path (no GPU, or --device cpu) is for the tiny grid: larger configs take minutes each.
+CPU_MAX_FLOPS = 2e10
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="grids:\n" + "\n".join(
+                                    f"  {name:9} {desc}"
+                                    for name, (desc, _) in compare_grids.GRIDS.items()))
+    p.add_argument("--grid", default="quick", choices=list(compare_grids.GRIDS))
+    p.add_argument("--dtypes", help="comma list filter, e.g. bf16,fp16")
+    p.add_argument("--head-dims", help="comma list filter, e.g. 64,128")
+    p.add_argument("--seqlens", help="comma list filter, e.g. 2048,16384")
+    p.add_argument("--causal", default="both", choices=["both", "yes", "no"])
+    p.add_argument("--backend", default="auto", help="flashcore backend: auto|sm80|sm90|cpu")
+    p.add_argument("--compare-backends",
+                   help="several flashcore backends side by side, e.g. sm80,sm90")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--iters", type=int, help="timed runs per implementation (GPU 30, CPU 3)")
+    p.add_argument("--warmup", type=int, help="untimed runs before timing (GPU 5, CPU 1)")
+    p.add_argument("--budget-s", type=float, default=3.0,
+                   help="cap on timing seconds per implementation and config (min 5 runs)")
+    p.add_argument("--check-rows", type=int, default=64, help="query rows of batch 0 checked")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=os.path.join("results", "compare"))
+    p.add_argument("--skip-ceilings", action="store_true", help="skip the GEMM and copy ceilings")
+    p.add_argument("--list", action="store_true", help="print the configs and exit (no torch)")
+    p.add_argument("--force", action="store_true", help="run large configs on the CPU anyway")
+    args = p.parse_args(argv)
+    dtypes = args.dtypes.split(",") if args.dtypes else None
+    if dtypes and not set(dtypes) <= set(compare_grids.DTYPES):
+        p.error(f"--dtypes expects bf16 and/or fp16, got {args.dtypes!r}")
+    args.configs = compare_grids.select_configs(
+        args.grid, dtypes,
+        args.head_dims and compare_grids.parse_int_list(args.head_dims, "--head-dims"),
+        args.seqlens and compare_grids.parse_int_list(args.seqlens, "--seqlens"), args.causal)
+    args.flashcore_backends = (args.compare_backends.split(",") if args.compare_backends
+                               else [args.backend])
+    return args
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def measure_ceilings(torch):
+    """METHOD.md: the two ceilings of this device, measured once per run."""
+    from compare_runner import time_runs
+    a = torch.randn(GEMM_SIZE, GEMM_SIZE, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(GEMM_SIZE, GEMM_SIZE, device="cuda", dtype=torch.bfloat16)
+    gemm = time_runs(lambda: torch.matmul(a, b), 5, CEILING_RUNS, 10.0, True)
+    del a, b
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    copy = time_runs(lambda: dst.copy_(src), 5, CEILING_RUNS, 10.0, True)
+    del src, dst
+    return {"bf16_gemm_tflops": 2 * GEMM_SIZE ** 3 / (gemm["median_ms"] * 1e-3) / 1e12,
+            "copy_gb_s": 2 * COPY_BYTES / (copy["median_ms"] * 1e-3) / 1e9}
+
+
+def import_flashcore():
+    try:
+        import flashcore
+        return flashcore, None
+    except Exception as error:  # not built, or built without the extension
+        return None, f"{type(error).__name__}: {error}"
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.list:
+        for config in args.configs:
+            print(config.describe())
+        return 0
+
+    import torch
+    import compare_accuracy
+    import compare_runner
+
+    on_gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = "cuda" if on_gpu else "cpu"
+    too_big = [c for c in args.configs if c.flops() > CPU_MAX_FLOPS]
+    if not on_gpu and too_big and not args.force:
+        print(f"compare.py: error: no GPU in use and {len(too_big)} config(s) of grid "
+              f"{args.grid!r} exceed {CPU_MAX_FLOPS:.0e} FLOPs (e.g. {too_big[0].describe()}); "
+              "use --grid tiny, or --force", file=sys.stderr)
+        return 2
+    settings = argparse.Namespace(iters=args.iters or (30 if on_gpu else 3),
+                                  warmup=args.warmup if args.warmup is not None
+                                  else (5 if on_gpu else 1),
+                                  budget_s=args.budget_s)
+    module, import_error = import_flashcore()
+    if import_error:
+        print(f"warning: flashcore not importable ({import_error}); its columns will be n/a",
+              file=sys.stderr)
+    flashcore_impls = [compare_runner.FlashCoreImpl(module, b) for b in args.flashcore_backends]
+    flashcore_names = [impl.name for impl in flashcore_impls]
+    baselines = [compare_runner.SdpaImpl("cudnn"), compare_runner.SdpaImpl("fa2")] if on_gpu \
+        else []
+
+    meta = {"device": torch.cuda.get_device_name() if on_gpu else f"cpu ({os.cpu_count()} cores)",
+            "commit": git_commit(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version() if on_gpu else None,
+            "flashcore": getattr(module, "__version__", None), "flashcore_import_error":
+            import_error, "grid": args.grid, "argv": argv, "iters": settings.iters,
+            "warmup": settings.warmup, "budget_s": settings.budget_s,
+            "check_rows": args.check_rows, "seed": args.seed,
+            "layouts": {"flashcore": "BSHD contiguous", "sdpa": "BHSD views (transpose(1, 2)) "
+                        "of the same BSHD tensors, no copy"}}
+    if on_gpu and not args.skip_ceilings:
+        meta["ceilings"] = measure_ceilings(torch)
+        print(f"ceilings: {meta['ceilings']}", file=sys.stderr)
+
+    records = []
+    for index, config in enumerate(args.configs):
+        torch.manual_seed(args.seed + index)
+        dtype = compare_runner.TORCH_DTYPES[config.dtype]
+        q = torch.randn(config.batch, config.seqlen_q, config.heads_q, config.head_dim,
+                        dtype=dtype, device=device)
+        k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim,
+                        dtype=dtype, device=device)
+        v = torch.randn_like(k)
+        scale = config.head_dim ** -0.5
+        checker = compare_accuracy.Checker(q, k, v, config.causal, scale, args.check_rows)
+        record = {"config": config.describe(), **config.as_dict(), "flops": config.flops(),
+                  "baseline_err_out": checker.baseline_err_out, "tol_out": checker.tol_out,
+                  "baseline_err_lse": checker.baseline_err_lse, "tol_lse": checker.tol_lse,
+                  "results": {}}
+        for impl in flashcore_impls + baselines:
+            result = compare_runner.run_impl(impl, q, k, v, config.causal, checker, settings,
+                                             on_gpu)
+            if "median_ms" in result:
+                result["tflops"] = config.flops() / (result["median_ms"] * 1e-3) / 1e12
+            record["results"][impl.name] = result
+        compare_report.add_ratios(record, flashcore_names)
+        records.append(record)
+        summary = ", ".join(f"{n} {r.get('tflops', 0):.1f}" if r["status"] == "ok"
+                            else f"{n} {r['status']}" for n, r in record["results"].items())
+        print(f"[{index + 1}/{len(args.configs)}] {record['config']}: {summary}",
+              file=sys.stderr, flush=True)
+        del q, k, v, checker
+
+    table = compare_report.write(args.out, meta, records, flashcore_names)
+    print(f"wrote {args.out}/compare.json and compare.md", file=sys.stderr)
+    print(table)
+    ok = all(r["results"][n]["status"] == "ok" for r in records for n in flashcore_names)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,102 @@
+"""Config grids for bench/compare.py (pure Python: no torch needed to list them)."""
+from dataclasses import dataclass, asdict
+
+# BENCHMARKS.md standard grid: batch * seqlen and heads * head_dim held constant.
+STANDARD_TOKENS = 16384      # batch = STANDARD_TOKENS // seqlen
+STANDARD_HIDDEN = 2048       # heads = STANDARD_HIDDEN // head_dim
+STANDARD_HEAD_DIMS = (64, 128, 256)
+STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
+DTYPES = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Config:
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    dtype: str
+    causal: bool
+
+    def describe(self):
+        mask = " causal" if self.causal else ""
+        return (f"b{self.batch} sq{self.seqlen_q} sk{self.seqlen_k} hq{self.heads_q} "
+                f"hkv{self.heads_kv} d{self.head_dim} {self.dtype}{mask}")
+
+    def flops(self):
+        """4 * b * hq * sq * sk * d, halved when causal (BENCHMARKS.md)."""
+        full = 4.0 * self.batch * self.heads_q * self.seqlen_q * self.seqlen_k * self.head_dim
+        return full / 2 if self.causal else full
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def standard_config(seqlen, head_dim, dtype, causal):
+    heads = STANDARD_HIDDEN // head_dim
+    return Config(STANDARD_TOKENS // seqlen, seqlen, seqlen, heads, heads, head_dim, dtype, causal)
+
+
+def extra_configs():
+    """The original FlashCore config (both masks) and GQA prefill (BENCHMARKS.md)."""
+    return [Config(16, 2048, 2048, 16, 16, 64, "fp16", False),
+            Config(16, 2048, 2048, 16, 16, 64, "fp16", True),
+            Config(1, 8192, 8192, 32, 8, 128, "bf16", True)]
+
+
+def product(dtypes, head_dims, seqlens, masks):
+    return [standard_config(s, d, t, c)
+            for t in dtypes for d in head_dims for s in seqlens for c in masks]
+
+
+# name -> (description, builder). Filters (--dtypes, --head-dims, --seqlens, --causal) apply after.
+GRIDS = {
+    "standard": ("BENCHMARKS.md grid (72 configs) + original FlashCore config + GQA prefill",
+                 lambda: product(DTYPES, STANDARD_HEAD_DIMS, STANDARD_SEQLENS, (False, True))
+                 + extra_configs()),
+    "quick": ("bf16, head_dim 64/128/256, seqlen 2k and 16k, both masks + GQA prefill (13)",
+              lambda: product(("bf16",), STANDARD_HEAD_DIMS, (2048, 16384), (False, True))
+              + extra_configs()[2:]),
+    "hd64": ("standard grid, head_dim 64 only",
+             lambda: product(DTYPES, (64,), STANDARD_SEQLENS, (False, True))),
+    "hd128": ("standard grid, head_dim 128 only",
+              lambda: product(DTYPES, (128,), STANDARD_SEQLENS, (False, True))),
+    "hd256": ("standard grid, head_dim 256 only",
+              lambda: product(DTYPES, (256,), STANDARD_SEQLENS, (False, True))),
+    "extra": ("original FlashCore config and GQA prefill", extra_configs),
+    # CPU-sized (the CPU backend, before any CUDA kernel exists): seconds on a laptop core.
+    "tiny": ("CPU-sized: b1 h4 seqlen 256/1000 head_dim 64/128, fp16 and bf16, both masks",
+             lambda: [Config(1, s, s, 4, 4, d, t, c) for t in DTYPES for d in (64, 128)
+                      for s in (256, 1000) for c in (False, True)]),
+}
+
+
+def parse_int_list(text, flag):
+    try:
+        values = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise SystemExit(f"{flag} expects comma-separated integers, got {text!r}")
+    if not values or min(values) <= 0:
+        raise SystemExit(f"{flag} expects positive integers, got {text!r}")
+    return values
+
+
+def select_configs(grid, dtypes=None, head_dims=None, seqlens=None, causal="both"):
+    """The grid's configs filtered by the options; a filter value the grid lacks is an error."""
+    if grid not in GRIDS:
+        raise SystemExit(f"--grid expects one of {', '.join(GRIDS)}, got {grid!r}")
+    configs = GRIDS[grid][1]()
+    if dtypes:
+        configs = [c for c in configs if c.dtype in dtypes]
+    if head_dims:
+        configs = [c for c in configs if c.head_dim in head_dims]
+    if seqlens:
+        configs = [c for c in configs if c.seqlen_q in seqlens]
+    if causal != "both":
+        want = causal == "yes"
+        configs = [c for c in configs if c.causal == want]
+    if not configs:
+        raise SystemExit(f"no config of grid {grid!r} is left after the filters")
+    return configs

@@ -1,0 +1,69 @@
+"""JSON and markdown output of bench/compare.py (pure Python)."""
+import json
+import os
+
+
+def _fmt(value, digits=1):
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def add_ratios(record, flashcore_names):
+    """record['ratios']: each flashcore implementation's TFLOPS over cuDNN's and FA2's."""
+    tflops = {name: r.get("tflops") for name, r in record["results"].items()}
+    record["ratios"] = {f"{fc}/{base}": _ratio(tflops.get(fc), tflops.get(base))
+                        for fc in flashcore_names for base in ("cudnn", "fa2")}
+
+
+def markdown(meta, records, flashcore_names):
+    """The table: TFLOPS per implementation, ratios to cuDNN and FA2, flashcore's accuracy."""
+    lines = [f"### flashcore vs torch SDPA: {meta['device']}",
+             "",
+             f"commit {meta['commit']}, {meta['date']}, torch {meta['torch']}, "
+             f"cuDNN {meta['cudnn']}, grid `{meta['grid']}`, TFLOPS = 4*b*hq*sq*sk*d/t "
+             f"(halved when causal), median of up to {meta['iters']} runs.",
+             ""]
+    ceilings = meta.get("ceilings") or {}
+    if ceilings:
+        lines += [f"Ceilings on this device: bf16 GEMM 8192^3 "
+                  f"{_fmt(ceilings.get('bf16_gemm_tflops'))} TFLOPS, device-to-device copy "
+                  f"{_fmt(ceilings.get('copy_gb_s'), 0)} GB/s (read + write).", ""]
+    names = flashcore_names + ["cudnn", "fa2"]
+    header = ["config"] + [f"{n} TFLOPS" for n in names]
+    header += [f"{fc}/{b}" for fc in flashcore_names for b in ("cuDNN", "FA2")]
+    header += [f"{fc} err / tol" for fc in flashcore_names] + ["check"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    notes = []
+    for record in records:
+        results = record["results"]
+        cells = [record["config"]]
+        for name in names:
+            r = results.get(name, {})
+            cells.append(_fmt(r.get("tflops")) if r.get("tflops") else r.get("status", "-"))
+            if r.get("status") == "n/a":
+                notes.append(f"{record['config']} {name}: {r.get('reason')}")
+        cells += [_fmt(record["ratios"].get(f"{fc}/{b}"), 2)
+                  for fc in flashcore_names for b in ("cudnn", "fa2")]
+        for fc in flashcore_names:
+            r = results.get(fc, {})
+            err = r.get("max_err_out")
+            cells.append("-" if err is None else f"{err:.1e} / {record['tol_out']:.1e}")
+        statuses = [results.get(fc, {}).get("status", "n/a") for fc in flashcore_names]
+        cells.append("pass" if all(s == "ok" for s in statuses) else "/".join(statuses))
+        lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", "n/a reasons:"] + [f"- {note}" for note in notes]
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir, meta, records, flashcore_names):
+    os.makedirs(out_dir, exist_ok=True)
+    table = markdown(meta, records, flashcore_names)
+    with open(os.path.join(out_dir, "compare.json"), "w") as f:
+        json.dump({"meta": meta, "records": records}, f, indent=1)
+    with open(os.path.join(out_dir, "compare.md"), "w") as f:
+        f.write(table)
+    return table
