@@ -38,14 +38,18 @@ void run_sm90_forward(const AttentionParams& params) {
       {"q", params.q, kHeadDim, params.seqlen_q, params.heads_q, params.batch, params.q_row_stride,
        params.q_head_stride, params.q_batch_stride},
       kDType, Config::kRowsPerConsumer);
-  const CUtensorMap map_k = make_bshd_tensor_map(
-      {"k", params.k, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
-       params.k_row_stride, params.k_head_stride, params.k_batch_stride},
-      kDType, Config::kBlockN);
-  const CUtensorMap map_v = make_bshd_tensor_map(
-      {"v", params.v, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
-       params.v_row_stride, params.v_head_stride, params.v_batch_stride},
-      kDType, Config::kBlockN);
+  BshdTensor k{"k", params.k, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+               params.k_row_stride, params.k_head_stride, params.k_batch_stride};
+  BshdTensor v{"v", params.v, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+               params.v_row_stride, params.v_head_stride, params.v_batch_stride};
+  if (params.seqlen_k == 0) {
+    // No KV tile is ever loaded (every row gets out = 0, lse = -inf), but the maps must still
+    // encode: point them at one row of q, which exists.
+    k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, kHeadDim, 1, 1, 1,
+                       kHeadDim, kHeadDim, kHeadDim};
+  }
+  const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, Config::kBlockN);
+  const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
   const CUtensorMap map_o = make_bshd_tensor_map(
       {"out", params.out, kHeadDim, params.seqlen_q, params.heads_q, params.batch,
        params.o_row_stride, params.o_head_stride, params.o_batch_stride},
