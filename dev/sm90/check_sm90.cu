@@ -6,7 +6,8 @@
 // Build (repository root; needs only cudart, the driver entry point is looked up at run time):
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
-// Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
+// Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256] [--schedule plain|overlap]
+// (both schedules by default: plain = stage 2, overlap = stage 3 intra-warpgroup overlap + ping-pong)
 // A kernel that does not finish within kWatchdogSeconds is reported (a barrier deadlock) and the
 // program exits 2.
 #include <cuda_runtime.h>
@@ -65,20 +66,41 @@ void wait_with_watchdog(const char* what) {
   }
 }
 
-template <DType kDType>
+template <DType kDType, Sm90Schedule kSchedule>
 void dispatch(const AttentionParams& p) {
   const bool c = p.causal;
   switch (p.head_dim) {
-    case 64: c ? run_sm90_forward<kDType, 64, true>(p) : run_sm90_forward<kDType, 64, false>(p); break;
-    case 128: c ? run_sm90_forward<kDType, 128, true>(p) : run_sm90_forward<kDType, 128, false>(p); break;
-    case 256: c ? run_sm90_forward<kDType, 256, true>(p) : run_sm90_forward<kDType, 256, false>(p); break;
+    case 64:
+      c ? run_sm90_forward_scheduled<kDType, 64, true, kSchedule>(p)
+        : run_sm90_forward_scheduled<kDType, 64, false, kSchedule>(p);
+      break;
+    case 128:
+      c ? run_sm90_forward_scheduled<kDType, 128, true, kSchedule>(p)
+        : run_sm90_forward_scheduled<kDType, 128, false, kSchedule>(p);
+      break;
+    case 256:
+      c ? run_sm90_forward_scheduled<kDType, 256, true, kSchedule>(p)
+        : run_sm90_forward_scheduled<kDType, 256, false, kSchedule>(p);
+      break;
     default: std::printf("unsupported head_dim %d\n", p.head_dim); std::exit(1);
   }
 }
 
+Sm90Schedule g_schedule = Sm90Schedule::kPlain;
+
+const char* schedule_name(Sm90Schedule s) {
+  return s == Sm90Schedule::kPlain ? "plain" : "overlap+pingpong";
+}
+
 void run(const AttentionParams& p) {
-  if (p.dtype == DType::kFloat16) dispatch<DType::kFloat16>(p);
-  else dispatch<DType::kBFloat16>(p);
+  const bool fp16 = p.dtype == DType::kFloat16;
+  if (g_schedule == Sm90Schedule::kPlain) {
+    fp16 ? dispatch<DType::kFloat16, Sm90Schedule::kPlain>(p)
+         : dispatch<DType::kBFloat16, Sm90Schedule::kPlain>(p);
+  } else {
+    fp16 ? dispatch<DType::kFloat16, Sm90Schedule::kOverlapPingPong>(p)
+         : dispatch<DType::kBFloat16, Sm90Schedule::kOverlapPingPong>(p);
+  }
 }
 
 // Device buffers of a problem plus params pointing into them.
@@ -133,7 +155,8 @@ bool check_case(const ProblemShape& shape) {
   CHECK_CUDA(cudaMemcpy(out.data(), dev.out, out.size() * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(lse.data(), dev.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
   const CheckResult result = compare_with_reference(host, out, lse);
-  std::printf("%s %s: %s\n", result.pass ? "ok  " : "FAIL", name.c_str(), result.detail.c_str());
+  std::printf("%s [%s] %s: %s\n", result.pass ? "ok  " : "FAIL", schedule_name(g_schedule),
+              name.c_str(), result.detail.c_str());
   return result.pass;
 }
 
@@ -162,8 +185,8 @@ void time_case(const ProblemShape& shape) {
   std::sort(ms.begin(), ms.end());
   const double median_s = ms[kRuns / 2] * 1e-3;
   const double floor_s = std::max(flops / (kGemmPeakTflops * 1e12), bytes / (kCopyTBps * 1e12));
-  std::printf("time %s: %.3f ms, %.1f TFLOPS (floor %.3f ms = %.0f%% of floor speed)\n",
-              shape.describe().c_str(), median_s * 1e3, flops / median_s * 1e-12, floor_s * 1e3,
+  std::printf("time [%s] %s: %.3f ms, %.1f TFLOPS (floor %.3f ms = %.0f%% of floor speed)\n",
+              schedule_name(g_schedule), shape.describe().c_str(), median_s * 1e3, flops / median_s * 1e-12, floor_s * 1e3,
               100.0 * floor_s / median_s);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -174,10 +197,16 @@ void time_case(const ProblemShape& shape) {
 int main(int argc, char** argv) {
   bool timing = true, checking = true;
   int only_hd = 0;
+  std::vector<Sm90Schedule> schedules = {Sm90Schedule::kPlain, Sm90Schedule::kOverlapPingPong};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
     if (!std::strcmp(argv[i], "--only-timing")) checking = false;
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) {
+      const std::string which = argv[++i];
+      if (which == "plain") schedules = {Sm90Schedule::kPlain};
+      if (which == "overlap") schedules = {Sm90Schedule::kOverlapPingPong};
+    }
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -188,15 +217,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   int failures = 0, cases = 0;
-  if (checking) {
+  for (Sm90Schedule schedule : schedules) {
+    g_schedule = schedule;
+    if (!checking) break;
     for (const ProblemShape& shape : correctness_shapes()) {
       if (only_hd && shape.head_dim != only_hd) continue;
       ++cases;
       failures += !check_case(shape);
     }
-    std::printf("%d passed, %d failed\n", cases - failures, failures);
   }
-  if (timing) {
+  if (checking) std::printf("%d passed, %d failed\n", cases - failures, failures);
+  for (Sm90Schedule schedule : schedules) {
+    g_schedule = schedule;
+    if (!timing) break;
     for (const ProblemShape& shape : timing_shapes()) {
       if (only_hd && shape.head_dim != only_hd) continue;
       time_case(shape);

@@ -20,6 +20,7 @@
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/consumer_overlap.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/smem_layout.cuh"
@@ -27,7 +28,7 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, int kHeadDim, bool kCausal>
+template <DType kDType, int kHeadDim, bool kCausal, Sm90Schedule kSchedule>
 __global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
     sm90_forward_kernel(const __grid_constant__ CUtensorMap map_q,
                         const __grid_constant__ CUtensorMap map_k,
@@ -71,8 +72,13 @@ __global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();
-    sm90_consume<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles, warpgroup - 1,
-                                            thread_in_warpgroup);
+    if constexpr (kSchedule == Sm90Schedule::kPlain) {
+      sm90_consume<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles,
+                                              warpgroup - 1, thread_in_warpgroup);
+    } else {
+      sm90_consume_overlapped<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles,
+                                                         warpgroup - 1, thread_in_warpgroup);
+    }
   }
 #endif
 }

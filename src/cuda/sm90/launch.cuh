@@ -17,8 +17,9 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, int kHeadDim, bool kCausal>
-void run_sm90_forward(const AttentionParams& params) {
+// The kernel with an explicit consumer schedule (dev/sm90/check_sm90 runs both).
+template <DType kDType, int kHeadDim, bool kCausal, Sm90Schedule kSchedule>
+void run_sm90_forward_scheduled(const AttentionParams& params) {
   using Config = Sm90TileConfig<kHeadDim>;
   static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
                 "the sm90 kernel takes fp16 or bf16");
@@ -55,12 +56,17 @@ void run_sm90_forward(const AttentionParams& params) {
        params.o_row_stride, params.o_head_stride, params.o_batch_stride},
       kDType, Config::kRowsPerConsumer);
 
-  auto kernel = sm90_forward_kernel<kDType, kHeadDim, kCausal>;
+  auto kernel = sm90_forward_kernel<kDType, kHeadDim, kCausal, kSchedule>;
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
   kernel<<<static_cast<unsigned int>(num_tiles), Config::kThreads, Config::kSmemBytes,
            params.stream>>>(map_q, map_k, map_v, map_o, params);
   FLASHCORE_CHECK_LAUNCH();
+}
+
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm90_forward(const AttentionParams& params) {
+  run_sm90_forward_scheduled<kDType, kHeadDim, kCausal, kSm90DefaultSchedule>(params);
 }
 
 }  // namespace flashcore::detail

@@ -12,6 +12,18 @@
 
 namespace flashcore::detail {
 
+// How the consumer warpgroups order their work (see consumer.cuh and consumer_overlap.cuh).
+enum class Sm90Schedule : int {
+  kPlain = 0,            // stage 2: QK^T, softmax, PV in turn; kept as the safe reference
+  kOverlapPingPong = 1,  // stage 3: QK^T of tile t+1 beside PV of tile t, warpgroups take turns
+};
+
+// The schedule run_sm90_forward uses; override at build time with -DFLASHCORE_SM90_SCHEDULE=0|1.
+#ifndef FLASHCORE_SM90_SCHEDULE
+#define FLASHCORE_SM90_SCHEDULE 0
+#endif
+constexpr Sm90Schedule kSm90DefaultSchedule = static_cast<Sm90Schedule>(FLASHCORE_SM90_SCHEDULE);
+
 struct Sm90TileShape {
   int head_dim;
   int block_n;  // keys per K/V tile

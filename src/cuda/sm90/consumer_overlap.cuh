@@ -1,0 +1,136 @@
+// A consumer warpgroup of the Hopper kernel, stage-3 schedule: intra-warpgroup overlap plus
+// ping-pong between the two consumer warpgroups.
+//
+// Overlap: the QK^T of tile t+1 and the P V of tile t are issued together; the softmax of tile t+1
+// runs while P V of tile t is still on the tensor cores (O is rescaled only after it completes).
+//
+//   S0 = Q K0^T; softmax(S0) -> P0
+//   for t = 1 .. n-1:   issue S_t = Q K_t^T, issue O += P_{t-1} V_{t-1}
+//                       wait S_t; softmax(S_t)            (overlaps the P V on the tensor cores)
+//                       wait P V; release stage t-1; O *= correction; P_t = S_t
+//   O += P_{n-1} V_{n-1}; release; epilogue
+//
+// Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
+// other does its softmax. Turns alternate strictly through two named barriers of 256 threads
+// (consumer c syncs on kTurnBarrier[c] and, after issuing, arrives on the other's). Consumer 1
+// arrives once up front so consumer 0 goes first, and skips its arrival after its last turn, so
+// every barrier ends with as many arrivals as syncs. Both consumers take n + 1 turns (same n).
+#pragma once
+
+#include "cuda/common/mask.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+#include "cuda/sm90/softmax.cuh"
+
+namespace flashcore::detail {
+
+// Named barrier ids 3 and 4 (1 and 2 are the epilogue's): consumer c's turn to issue GEMMs.
+constexpr uint32_t kTurnBarrierBase = 3;
+constexpr uint32_t kTurnBarrierThreads = 256;  // both consumer warpgroups
+
+struct PingPongTurns {
+  int consumer;
+  __device__ __forceinline__ void begin() const {
+    named_barrier_sync(kTurnBarrierBase + consumer, kTurnBarrierThreads);
+  }
+  __device__ __forceinline__ void end(bool last_turn) const {
+    if (consumer == 1 && last_turn) return;
+    named_barrier_arrive(kTurnBarrierBase + (1 - consumer), kTurnBarrierThreads);
+  }
+  // Consumer 1 hands the first turn to consumer 0.
+  __device__ __forceinline__ void start() const {
+    if (consumer == 1) named_barrier_arrive(kTurnBarrierBase + 0, kTurnBarrierThreads);
+  }
+};
+
+template <DType kDType, int kHeadDim, bool kCausal>
+__device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<kHeadDim>& smem,
+                                                        const CUtensorMap* map_o,
+                                                        const AttentionParams& params,
+                                                        const Sm90Tile& tile,
+                                                        const KvTileRange& kv_tiles, int consumer,
+                                                        int thread_in_warpgroup) {
+  using Config = Sm90TileConfig<kHeadDim>;
+  using Math = Sm90ConsumerMath<kDType, kHeadDim>;
+  const int lane = thread_in_warpgroup % 32;
+  const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+  const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
+  const MaskPolicy<kCausal> mask(params, tile.batch);
+  const int col_limit[2] = {mask.col_limit(row0), mask.col_limit(row0 + 8)};
+  const int lane_col = 2 * (lane % 4);
+  const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
+  const float scale_log2 = params.softmax_scale_log2;
+  const PingPongTurns turns{consumer};
+
+  float o[Math::kOAccRegs];
+#pragma unroll
+  for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
+  OnlineSoftmaxRows softmax;
+  float s[Math::kSAccRegs];
+  uint32_t p[Math::kPSteps][4];
+  float correction[2];
+
+  mbarrier_wait_parity(smem.q_full(), 0);
+  const int num_tiles = kv_tiles.count();
+  if (num_tiles > 0) {
+    turns.start();
+    // Prologue: S of the first tile alone.
+    RingPosition<Config::kStages> ring;
+    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+    turns.begin();
+    Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+    turns.end(/*last_turn=*/false);
+    wgmma_wait_group<0>();
+    fence_accumulators(s);
+    int n_block = kv_tiles.end - 1;
+    if (n_block >= kv_tiles.first_masked) {
+      mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
+    }
+    softmax.update(s, scale_log2, correction);  // O is still 0: no rescale needed
+    accumulator_to_a_fragments<kDType>(s, p);
+
+    for (int step = 1; step < num_tiles; ++step) {
+      const RingPosition<Config::kStages> previous = ring;
+      ring.advance();
+      --n_block;
+      mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+      mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
+      turns.begin();
+      Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+      Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
+      turns.end(/*last_turn=*/false);
+
+      wgmma_wait_group<1>();  // S done; P V may still run
+      fence_accumulators(s);
+      if (n_block >= kv_tiles.first_masked) {
+        mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
+      }
+      softmax.update(s, scale_log2, correction);
+
+      wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
+      fence_accumulators(o);
+      mbarrier_arrive(smem.kv_empty(previous.stage));
+      scale_rows(o, correction);
+      accumulator_to_a_fragments<kDType>(s, p);
+    }
+
+    // Epilogue of the loop: P V of the last tile.
+    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    turns.begin();
+    Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
+    turns.end(/*last_turn=*/true);
+    wgmma_wait_group<0>();
+    fence_accumulators(o);
+    mbarrier_arrive(smem.kv_empty(ring.stage));
+  }
+
+  sm90_epilogue<kDType, kHeadDim>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
+                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
+}
+
+}  // namespace flashcore::detail
