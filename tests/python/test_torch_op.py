@@ -1,0 +1,167 @@
+"""flashcore.torch: the custom op flashcore::attention_forward on CPU (when torch is installed) and
+CUDA (marker `gpu`): accuracy vs float64, layouts, non-contiguous inputs, torch.compile, CUDA
+graphs, autograd refusal, dtype errors."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CPU CI has no torch)")
+
+import flashcore  # noqa: E402
+import flashcore.torch as fct  # noqa: E402
+from torch_reference import check_accuracy  # noqa: E402
+
+DEVICES = [pytest.param("cpu", id="cpu"),
+           pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)]
+# CUDA kernels take fp16/bf16; the CPU backends also fp32.
+DTYPES = {"cpu": [torch.float32, torch.float16, torch.bfloat16],
+          "cuda": [torch.float16, torch.bfloat16]}
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim)
+SHAPES = [
+    (2, 128, 128, 8, 8, 64),
+    (1, 65, 1000, 8, 2, 128),   # chunked prefill / decode-like: s_q < s_k
+    (1, 127, 63, 4, 1, 64),     # s_q > s_k: top rows see nothing when causal
+    (1, 1, 4097, 32, 8, 128),   # one decode step, GQA 4
+]
+
+
+def _id(value):
+    return str(value).replace("torch.", "")
+
+
+def _inputs(device, dtype, shape, seed=0):
+    batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    make = lambda s, h: torch.randn(batch, s, h, head_dim, generator=gen).to(device, dtype)  # noqa: E731
+    return make(seqlen_q, heads_q), make(seqlen_k, heads_kv), make(seqlen_k, heads_kv)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "b{}_sq{}_sk{}_hq{}_hkv{}_d{}".format(*s))
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_float64_reference(device, shape, causal):
+    for dtype in DTYPES[device]:
+        q, k, v = _inputs(device, dtype, shape)
+        out, lse = fct.attention(q, k, v, causal=causal, return_lse=True)
+        assert out.shape == q.shape and out.dtype == dtype and out.device == q.device
+        assert lse.shape == (shape[0], shape[3], shape[1]) and lse.dtype == torch.float32
+        check_accuracy(f"{device} {_id(dtype)} {shape} causal={causal}", out, lse, q, k, v,
+                       causal)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bhsd_layout_reads_sdpa_tensors_without_copies(device):
+    dtype = DTYPES[device][-1]
+    q, k, v = (t.transpose(1, 2).contiguous() for t in _inputs(device, dtype, (2, 65, 65, 8, 2, 64)))
+    out = fct.attention(q, k, v, causal=True, layout="bhsd")
+    assert out.shape == q.shape and out.is_contiguous()  # [b, h, s, d] like SDPA's output
+    bshd = [t.transpose(1, 2) for t in (q, k, v)]
+    check_accuracy("bhsd", out.transpose(1, 2), None, *bshd, causal=True)
+    if device == "cuda":
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=True)
+        assert (out.float() - expected.float()).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_qkv_slices(device):
+    dtype = DTYPES[device][-1]
+    qkv = torch.randn(2, 63, 3, 4, 64).to(device, dtype)
+    q, k, v = qkv.unbind(dim=2)
+    assert not q.is_contiguous()
+    check_accuracy("packed qkv", fct.attention(q, k, v, causal=True), None, q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_generic_entry_point_out_and_stream(device):
+    dtype = DTYPES[device][-1]
+    q, k, v = _inputs(device, dtype, (1, 33, 33, 4, 2, 64))
+    out = torch.full_like(q, float("nan"))
+    stream = torch.cuda.Stream() if device == "cuda" else None
+    if stream is not None:
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            result, lse = flashcore.attention(q, k, v, causal=True, out=out, return_lse=True,
+                                              stream=stream.cuda_stream)
+        torch.cuda.current_stream().wait_stream(stream)
+    else:
+        result, lse = flashcore.attention(q, k, v, causal=True, out=out, return_lse=True)
+    assert result is out
+    check_accuracy("out=", out, lse, q, k, v, causal=True)
+    check_accuracy("flashcore.attention", flashcore.attention(q, k, v), None, q, k, v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    q, k, v = _inputs(device, DTYPES[device][-1], (1, 17, 33, 4, 2, 64))
+    for return_lse in (False, True):
+        torch.library.opcheck(torch.ops.flashcore.attention_forward.default,
+                              (q, k, v, True, None, return_lse, "bshd", "auto"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph(device):
+    q, k, v = _inputs(device, DTYPES[device][-1], (2, 64, 64, 8, 2, 64))
+
+    def block(q, k, v):
+        out, lse = fct.attention(q * 0.5, k, v, causal=True, return_lse=True)
+        return out.float().sum(dim=-1), lse * 2
+
+    compiled = torch.compile(block, fullgraph=True,
+                             backend="inductor" if device == "cuda" else "aot_eager")
+    torch._dynamo.reset()
+    expected, got = block(q, k, v), compiled(q, k, v)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_and_replay():
+    q, k, v = _inputs("cuda", torch.bfloat16, (1, 128, 256, 8, 2, 128))
+    static = [t.clone() for t in (q, k, v)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as torch recommends
+        fct.attention(*static, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_out, graph_lse = fct.attention(*static, causal=True, return_lse=True)
+    for seed in (1, 2):
+        fresh = _inputs("cuda", torch.bfloat16, (1, 128, 256, 8, 2, 128), seed=seed)
+        for dst, src in zip(static, fresh):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        check_accuracy(f"graph replay {seed}", graph_out, graph_lse, *fresh, causal=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_raises_clear_error_and_no_grad_runs(device):
+    q, k, v = _inputs(device, DTYPES[device][-1], (1, 16, 16, 2, 2, 64))
+    q.requires_grad_(True)
+    out = fct.attention(q, k, v, causal=True)  # forward still runs
+    with pytest.raises(NotImplementedError, match="FlashCore has no backward kernel yet"):
+        out.float().sum().backward()
+    with torch.no_grad():
+        check_accuracy("no_grad", fct.attention(q, k, v), None, q.detach(), k, v)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dtype_and_argument_errors(device):
+    q, k, v = _inputs(device, torch.float16, (1, 16, 16, 2, 2, 64))
+    cases = [
+        ((q.double(), k, v), {}, r"q has dtype torch.float64, expected torch.float16"),
+        ((q, k.bfloat16(), v), {}, r"dtype of k \(bf16\) does not match dtype of q \(fp16\)"),
+        ((q[0], k, v), {}, r"q has 3 dimensions \(shape \(16, 2, 64\)\), expected 4"),
+        ((q, k, v), {"layout": "sbhd"}, r"layout must be one of \('bshd', 'bhsd'\), got 'sbhd'"),
+        ((q, k, v), {"backend": "nope"}, r"unknown backend 'nope'"),
+        ((q, k[:, :, :1].expand(1, 16, 3, 64).contiguous(),
+          v[:, :, :1].expand(1, 16, 3, 64).contiguous()), {},
+         r"heads_q=2 is not a multiple of heads_kv=3"),
+    ]
+    if device == "cuda":
+        cases.append(((q.float(), k.float(), v.float()), {},
+                      r"dtype fp32 of q on cuda:\d+ is only supported by the cpu and reference"))
+    for args, kwargs, message in cases:
+        with pytest.raises(flashcore.FlashCoreError, match=message):
+            fct.attention(*args, **kwargs)
