@@ -26,12 +26,23 @@ __device__ __forceinline__ void write_output(
   const int lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
 
+  float row_sum[Shape::kMTiles][2];
+  float row_max[Shape::kMTiles][2];
+#pragma unroll
+  for (int i = 0; i < Shape::kMTiles; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      row_sum[i][half] = softmax.row_sum(i, half, lane);
+      row_max[i][half] = softmax.row_max(i, half, lane);
+    }
+  }
+
 #pragma unroll
   for (int i = 0; i < Shape::kMTiles; ++i) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = warp_row0 + 16 * i + g + 8 * half;
-      const float inv_sum = softmax.inverse_sum(i, half);
+      const float inv_sum = softmax.inverse_sum(row_sum[i][half]);
 #pragma unroll
       for (int d = 0; d < Shape::kOBlocks; ++d) {
         // Column 8 d + 2t: chunk d, element 2t within it (4 bytes in).
@@ -50,7 +61,8 @@ __device__ __forceinline__ void write_output(
         const int row = m_begin + warp_row0 + 16 * i + g + 8 * half;
         if (row < seqlen_q) {
           params.lse[params.lse_offset(batch, head, row)] =
-              softmax.lse(i, half, params.softmax_scale);
+              OnlineSoftmax<Shape::kMTiles>::lse(row_max[i][half], row_sum[i][half],
+                                                 params.softmax_scale);
         }
       }
     }

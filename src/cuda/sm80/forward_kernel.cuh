@@ -65,12 +65,24 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   const int m_begin = m_block * kBlockM;
   if (m_begin >= mask.seqlen_q) return;
   const KvTileRange tiles = mask.kv_tiles(m_begin, kBlockM, kBlockN);
-  const int kv_head = params.kv_head_of(head);
 
+  // The K and V head pointers are CTA-uniform but would hold 4 registers across the loop in a
+  // kernel that sits at the 255-register limit (the compiler hoists them, and spills). Thread 0
+  // parks them in shared memory; the first barrier of the loop publishes them, and each tile load
+  // reads them back with one LDS. The prologue's K load uses the values it computed itself.
+  __shared__ const Element* kv_head_base[2];
+  const int kv_head = params.kv_head_of(head);
   const Element* k_head = static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
-  const Element* v_head = static_cast<const Element*>(params.v) + params.v_offset(batch, 0, kv_head);
-  const int64_t k_tile_stride = static_cast<int64_t>(kBlockN) * params.k_row_stride;
-  const int64_t v_tile_stride = static_cast<int64_t>(kBlockN) * params.v_row_stride;
+  if (tid == 0) {
+    kv_head_base[0] = k_head;
+    kv_head_base[1] = static_cast<const Element*>(params.v) + params.v_offset(batch, 0, kv_head);
+  }
+  const auto k_tile = [&](int n) {
+    return kv_head_base[0] + static_cast<int64_t>(n) * kBlockN * params.k_row_stride;
+  };
+  const auto v_tile = [&](int n) {
+    return kv_head_base[1] + static_cast<int64_t>(n) * kBlockN * params.v_row_stride;
+  };
 
   float acc_o[Shape::kMTiles][Shape::kOBlocks][4];
 #pragma unroll
@@ -89,7 +101,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_tile, params.q_row_stride,
                                                  mask.seqlen_q - m_begin);
     const int last = tiles.end - 1;
-    load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_head + last * k_tile_stride,
+    load_tile_async<kBlockN, kHeadDim, kThreads>(
+        smem_k, k_head + static_cast<int64_t>(last) * kBlockN * params.k_row_stride,
                                                  params.k_row_stride,
                                                  mask.seqlen_k - last * kBlockN);
     cp_async_commit();
@@ -97,7 +110,7 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     for (int n = last; n >= tiles.begin; --n) {
       cp_async_wait_group<0>();
       __syncthreads();
-      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_head + n * v_tile_stride,
+      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_tile(n),
                                                    params.v_row_stride,
                                                    mask.seqlen_k - n * kBlockN);
       cp_async_commit();
@@ -119,20 +132,19 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
       cp_async_wait_group<0>();
       __syncthreads();
       if (n > tiles.begin) {
-        load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_head + (n - 1) * k_tile_stride,
+        load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_tile(n - 1),
                                                      params.k_row_stride,
                                                      mask.seqlen_k - (n - 1) * kBlockN);
         cp_async_commit();
       }
 
-      softmax.update(s, acc_o, params.softmax_scale_log2);
+      softmax.update(s, acc_o, params.softmax_scale_log2, lane);
       uint32_t p_frag[Shape::kMTiles][Shape::kPvSteps][4];
       pack_p_fragments<kDType, Shape>(p_frag, s);
       warp_gemm_pv<kDType, Shape, kHeadDim>(acc_o, p_frag, smem_v);
     }
   }
 
-  softmax.reduce_sums();
   // O reuses Q's rows: each warp overwrites only the Q rows it alone read, and no cp.async is
   // in flight (the last iteration issues none and waited for V).
   write_output<kDType, Shape, kHeadDim>(acc_o, softmax, smem, params, batch, head, m_begin,

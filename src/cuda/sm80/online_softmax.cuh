@@ -46,20 +46,31 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kSBlocks][4],
   }
 }
 
+// Register budget: a thread has 2 * kMTiles rows, but the kernel sits at the 255-register limit.
+// Every lane needs each row's max (to subtract it), so the maxima are replicated; the sums are
+// not: each tile's partial sums are reduced across the quad at once (two shuffles per row), and
+// lane t keeps only the running sum of row slot t mod (2 kMTiles) (slot = 2 i + half): one
+// register instead of 2 kMTiles. (Distributing the maxima the same way measured worse: ptxas
+// then spilled more, at d128 and d96.)
 template <int kMTiles>
 struct OnlineSoftmax {
-  float row_max[kMTiles][2];  // running max of the raw (unscaled) scores; -inf before any key
-  float row_sum[kMTiles][2];  // this lane's part of sum exp2((s - row_max) * scale_log2)
+  static constexpr int kRowSlots = 2 * kMTiles;
+  static_assert(kRowSlots <= 4, "a quad has 4 lanes to hold the row state");
 
-  __device__ __forceinline__ OnlineSoftmax() {
+  float row_max_[kMTiles][2];  // running max of the raw (unscaled) scores; -inf before any key
+  float owned_sum;             // running sum of exp2((s - max) * scale_log2) of the owned row
+
+  __device__ __forceinline__ OnlineSoftmax() : owned_sum(0.0f) {
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        row_max[i][half] = -CUDART_INF_F;
-        row_sum[i][half] = 0.0f;
-      }
+      for (int half = 0; half < 2; ++half) row_max_[i][half] = -CUDART_INF_F;
     }
+  }
+
+  __device__ __forceinline__ static int owned_slot(int lane) { return (lane & 3) % kRowSlots; }
+  __device__ __forceinline__ static int owner_lane(int lane, int i, int half) {
+    return (lane & ~3) | (2 * i + half);
   }
 
   // Turns the scores s of one KV tile into unnormalized probabilities in place, updates the
@@ -67,12 +78,17 @@ struct OnlineSoftmax {
   template <int kSBlocks, int kOBlocks>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kSBlocks][4],
                                          float (&acc_o)[kMTiles][kOBlocks][4],
-                                         float scale_log2) {
+                                         float scale_log2, int lane) {
+    const int slot = owned_slot(lane);
+    float owned_rescale = 1.0f;
+    float owned_tile_sum = 0.0f;
+    float rescales[kMTiles][2];
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float tile_max = row_max[i][half];
+        const float old_max = row_max_[i][half];
+        float tile_max = old_max;
 #pragma unroll
         for (int n = 0; n < kSBlocks; ++n) {
           tile_max = fmaxf(tile_max, fmaxf(s[i][n][2 * half], s[i][n][2 * half + 1]));
@@ -81,8 +97,7 @@ struct OnlineSoftmax {
         // A row that has seen no visible key keeps max -inf; subtracting 0 instead makes every
         // exp2 give 0 (not NaN from -inf - -inf).
         const float base = new_max == -CUDART_INF_F ? 0.0f : new_max * scale_log2;
-        const float rescale = exp2_approx(row_max[i][half] * scale_log2 - base);
-        row_max[i][half] = new_max;
+        const float rescale = exp2_approx(old_max * scale_log2 - base);
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kSBlocks; ++n) {
@@ -93,36 +108,43 @@ struct OnlineSoftmax {
             sum += p;
           }
         }
-        row_sum[i][half] = fmaf(row_sum[i][half], rescale, sum);
-#pragma unroll
-        for (int d = 0; d < kOBlocks; ++d) {
-          acc_o[i][d][2 * half] *= rescale;
-          acc_o[i][d][2 * half + 1] *= rescale;
+        sum = quad_sum(sum);
+        row_max_[i][half] = new_max;
+        if (slot == 2 * i + half) {
+          owned_rescale = rescale;
+          owned_tile_sum = sum;
         }
+        rescales[i][half] = rescale;
+      }
+    }
+    owned_sum = fmaf(owned_sum, owned_rescale, owned_tile_sum);
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+#pragma unroll
+      for (int d = 0; d < kOBlocks; ++d) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_o[i][d][e] *= rescales[i][e / 2];
       }
     }
   }
 
-  // Finishes the row sums across the quad. Afterwards row_sum holds the full sum per row.
-  __device__ __forceinline__ void reduce_sums() {
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) row_sum[i][half] = quad_sum(row_sum[i][half]);
-    }
+  __device__ __forceinline__ float row_max(int i, int half, int /*lane*/) const {
+    return row_max_[i][half];
+  }
+  // The final sum of row (i, half), fetched from the owning lane. All lanes call it.
+  __device__ __forceinline__ float row_sum(int i, int half, int lane) const {
+    return __shfl_sync(0xffffffffu, owned_sum, owner_lane(lane, i, half));
   }
 
   // 1 / sum, or 0 for a row with no visible key (its O accumulator is 0 and must stay 0).
-  __device__ __forceinline__ float inverse_sum(int i, int half) const {
-    const float sum = row_sum[i][half];
-    return sum > 0.0f ? 1.0f / sum : 0.0f;
+  __device__ __forceinline__ static float inverse_sum(float sum) {
+    return sum > 0.0f ? __frcp_rn(sum) : 0.0f;
   }
 
   // Natural-log log-sum-exp of the scaled scores: max * scale + log(sum); -inf with no key.
-  __device__ __forceinline__ float lse(int i, int half, float softmax_scale) const {
-    const float sum = row_sum[i][half];
-    if (row_max[i][half] == -CUDART_INF_F || !(sum > 0.0f)) return -CUDART_INF_F;
-    return row_max[i][half] * softmax_scale + logf(sum);
+  __device__ __forceinline__ static float lse(float max, float sum, float softmax_scale) {
+    if (max == -CUDART_INF_F || !(sum > 0.0f)) return -CUDART_INF_F;
+    return max * softmax_scale + logf(sum);
   }
 };
 

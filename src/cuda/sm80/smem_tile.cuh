@@ -32,6 +32,12 @@ __device__ __forceinline__ int thread_index_unhoisted() {
   return tid;
 }
 
+// The same for any value: an identity the compiler cannot see through.
+__device__ __forceinline__ int unhoisted(int value) {
+  asm volatile("" : "+r"(value));
+  return value;
+}
+
 template <int kHeadDim>
 struct SwizzledRows {
   static constexpr int kChunkElems = 8;  // 16-byte chunk of 16-bit elements: the cp.async size
@@ -52,25 +58,46 @@ struct SwizzledRows {
   }
 };
 
+// How the threads of a CTA cover a tile for 16-byte copies: kThreadsPerRow consecutive threads
+// take the chunks of one row (so each warp reads whole 128-byte segments), kRowsPerPass rows per
+// pass, with kRowsPerPass a power of two so it divides every tile height. With 12 chunks per row
+// (head_dim 96) 128 threads do not tile evenly: 96 threads copy 8 rows per pass, the rest idle.
+template <int kHeadDim, int kThreads>
+struct TileCopyPlan {
+  static constexpr int kThreadsPerRow = SwizzledRows<kHeadDim>::kChunks;
+  static constexpr int kRowsPerPass = [] {
+    int rows = 1;
+    while (rows * 2 * kThreadsPerRow <= kThreads) rows *= 2;
+    return rows;
+  }();
+  static constexpr int kActiveThreads = kRowsPerPass * kThreadsPerRow;
+};
+
 // Issues cp.async for a kRows x kHeadDim tile starting at `gmem_tile` (row stride in elements);
-// rows >= valid_rows are zero-filled. Consecutive threads take consecutive chunks of a row, so
-// each warp reads whole 128-byte segments of global memory.
+// rows >= valid_rows (>= 1) are zero-filled with their source clamped to the tile's first row.
+// Per chunk this is one 64-bit pointer add, one compare and one LDGSTS.
 template <int kRows, int kHeadDim, int kThreads, typename Element>
 __device__ __forceinline__ void load_tile_async(uint32_t smem_tile, const Element* gmem_tile,
                                                 int64_t row_stride, int valid_rows) {
-  const int tid = thread_index_unhoisted();
   using Layout = SwizzledRows<kHeadDim>;
-  constexpr int kTotalChunks = kRows * Layout::kChunks;
-  static_assert(kTotalChunks % kThreads == 0, "every thread copies the same number of chunks");
+  using Plan = TileCopyPlan<kHeadDim, kThreads>;
+  static_assert(kRows % Plan::kRowsPerPass == 0, "whole passes per tile");
+  const int tid = thread_index_unhoisted();
+  if (Plan::kActiveThreads < kThreads && tid >= Plan::kActiveThreads) return;
+  const int row = tid / Plan::kThreadsPerRow;
+  const int chunk = tid % Plan::kThreadsPerRow;
+  // The swizzle depends on row mod 8, and passes advance by a multiple of 8 rows whenever
+  // kRowsPerPass >= 8 (all head dims here), so one swizzled offset serves every pass.
+  static_assert(Plan::kRowsPerPass % 8 == 0, "swizzle phase must repeat every pass");
+  const uint32_t smem_thread = smem_tile + Layout::byte_offset(row, chunk);
+  const Element* src = gmem_tile + row * row_stride + chunk * Layout::kChunkElems;
+  const int64_t pass_stride = Plan::kRowsPerPass * row_stride;
 #pragma unroll
-  for (int i = 0; i < kTotalChunks / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int row = id / Layout::kChunks;
-    const int chunk = id % Layout::kChunks;
-    const bool valid = row < valid_rows;
-    // An invalid row copies 0 bytes; its address is kept at the (valid) tile start anyway.
-    const Element* src = gmem_tile + (valid ? row * row_stride + chunk * Layout::kChunkElems : 0);
-    cp_async_16_zfill(smem_tile + Layout::byte_offset(row, chunk), src, valid);
+  for (int pass = 0; pass < kRows / Plan::kRowsPerPass; ++pass) {
+    const bool valid = row + pass * Plan::kRowsPerPass < valid_rows;
+    cp_async_16_zfill(smem_thread + pass * Plan::kRowsPerPass * Layout::kRowBytes,
+                      valid ? src : gmem_tile, valid);
+    src += pass_stride;
   }
 }
 
@@ -81,19 +108,21 @@ __device__ __forceinline__ void store_tile(Element* gmem_tile, int64_t row_strid
                                            const unsigned char* smem_tile, int valid_rows,
                                            int tid) {
   using Layout = SwizzledRows<kHeadDim>;
-  constexpr int kTotalChunks = kRows * Layout::kChunks;
-  static_assert(kTotalChunks % kThreads == 0, "every thread copies the same number of chunks");
+  using Plan = TileCopyPlan<kHeadDim, kThreads>;
+  static_assert(kRows % Plan::kRowsPerPass == 0, "whole passes per tile");
+  if (Plan::kActiveThreads < kThreads && tid >= Plan::kActiveThreads) return;
+  const int row = tid / Plan::kThreadsPerRow;
+  const int chunk = tid % Plan::kThreadsPerRow;
+  const unsigned char* smem_thread = smem_tile + Layout::byte_offset(row, chunk);
+  Element* dst = gmem_tile + row * row_stride + chunk * Layout::kChunkElems;
+  const int64_t pass_stride = Plan::kRowsPerPass * row_stride;
 #pragma unroll
-  for (int i = 0; i < kTotalChunks / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int row = id / Layout::kChunks;
-    const int chunk = id % Layout::kChunks;
-    if (row < valid_rows) {
-      const uint4 value =
-          *reinterpret_cast<const uint4*>(smem_tile + Layout::byte_offset(row, chunk));
-      *reinterpret_cast<uint4*>(gmem_tile + row * row_stride + chunk * Layout::kChunkElems) =
-          value;
+  for (int pass = 0; pass < kRows / Plan::kRowsPerPass; ++pass) {
+    if (row + pass * Plan::kRowsPerPass < valid_rows) {
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(
+          smem_thread + pass * Plan::kRowsPerPass * Layout::kRowBytes);
     }
+    dst += pass_stride;
   }
 }
 
