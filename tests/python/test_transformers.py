@@ -1,0 +1,126 @@
+"""flashcore.transformers end to end: a tiny Llama with random weights (no download) built with
+FlashCore and with SDPA from one state_dict. Prefill and cached decode logits must be as close to
+a float32 reference as SDPA's are (2x SDPA's error + slack); greedy tokens must mostly agree
+(random weights make near-ties, so a rare flip is not a bug). CPU in float32 when transformers
+is installed; CUDA in fp16/bf16 under the `gpu` marker."""
+
+import copy
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CPU CI has no torch)")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+
+import flashcore.transformers as fctf  # noqa: E402
+
+LOGIT_SLACK = 1e-3          # absolute slack on logits on top of 2x SDPA's error
+MIN_GREEDY_AGREEMENT = 0.75  # fraction of generated tokens equal to SDPA's
+PROMPT_LEN, NEW_TOKENS, BATCH = 48, 8, 2
+CASES = [pytest.param("cpu", torch.float32, id="cpu-fp32"),
+         pytest.param("cuda", torch.float16, id="cuda-fp16", marks=pytest.mark.gpu),
+         pytest.param("cuda", torch.bfloat16, id="cuda-bf16", marks=pytest.mark.gpu)]
+
+
+def _tiny_llama_config():
+    return transformers.LlamaConfig(
+        vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+        initializer_range=0.1)  # larger than the default 0.02: fewer near-tied logits
+
+
+@pytest.fixture(scope="module")
+def implementation():
+    return fctf.register()
+
+
+def _models(implementation, device, dtype):
+    """{name: model} with identical weights; each model gets its own config (transformers stores
+    attn_implementation on the config object)."""
+    cfg = _tiny_llama_config()
+    torch.manual_seed(0)
+    base = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg),
+                                                         attn_implementation="sdpa")
+    state = base.state_dict()
+    models = {}
+    for name, impl, model_dtype in (("flashcore", implementation, dtype), ("sdpa", "sdpa", dtype),
+                                    ("fp32", "sdpa", torch.float32)):
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg),
+                                                              attn_implementation=impl)
+        model.load_state_dict(state)
+        models[name] = model.to(device=device, dtype=model_dtype).eval()
+    return models
+
+
+def _stepwise_logits(model, prompt, tokens):
+    """Logits of the prefill and of each cached decode step fed with the same `tokens`."""
+    cache = transformers.DynamicCache(config=model.config)
+    out = model(prompt, past_key_values=cache, use_cache=True)
+    logits = [out.logits[:, -1].float()]
+    for step in range(tokens.shape[1] - 1):
+        out = model(tokens[:, step:step + 1], past_key_values=out.past_key_values, use_cache=True)
+        logits.append(out.logits[:, -1].float())
+    return torch.stack(logits, dim=1)
+
+
+def _check_close(name, logits, sdpa, reference):
+    error = (logits - reference).abs().max().item()
+    sdpa_error = (sdpa - reference).abs().max().item()
+    limit = 2 * sdpa_error + LOGIT_SLACK
+    assert error <= limit, (f"{name}: max logit error vs fp32 {error:.4g} > limit {limit:.4g} "
+                            f"(sdpa's error {sdpa_error:.4g})")
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@torch.no_grad()
+def test_prefill_and_decode_match_sdpa(implementation, device, dtype):
+    models = _models(implementation, device, dtype)
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 1024, (BATCH, PROMPT_LEN), generator=gen).to(device)
+
+    fctf._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prefill = {name: m(prompt).logits.float() for name, m in models.items()}
+    assert not [w for w in caught if "falls back to sdpa" in str(w.message)], "ran sdpa"
+    _check_close("prefill", prefill["flashcore"], prefill["sdpa"], prefill["fp32"])
+
+    # Decode steps (seqlen_q = 1 < seqlen_k) fed the same tokens, so logits stay comparable.
+    tokens = models["sdpa"].generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                     attention_mask=torch.ones_like(prompt))[:, PROMPT_LEN:]
+    steps = {name: _stepwise_logits(m, prompt, tokens) for name, m in models.items()}
+    _check_close("decode", steps["flashcore"], steps["sdpa"], steps["fp32"])
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        greedy = models["flashcore"].generate(
+            prompt, max_new_tokens=NEW_TOKENS, do_sample=False,
+            attention_mask=torch.ones_like(prompt))[:, PROMPT_LEN:]
+    assert not [w for w in caught if "falls back to sdpa" in str(w.message)], "decode ran sdpa"
+    agreement = (greedy == tokens).float().mean().item()
+    print(f"greedy agreement flashcore vs sdpa ({device}, {dtype}): {agreement:.3f}")
+    assert agreement >= MIN_GREEDY_AGREEMENT
+
+
+@pytest.mark.parametrize("device,dtype", CASES)
+@torch.no_grad()
+def test_padding_mask_falls_back_to_sdpa_with_a_warning(implementation, device, dtype):
+    models = _models(implementation, device, dtype)
+    prompt = torch.randint(0, 1024, (BATCH, 24)).to(device)
+    mask = torch.ones_like(prompt)
+    mask[0, :5] = 0  # left padding in one sequence
+    fctf._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = models["flashcore"](prompt, attention_mask=mask).logits
+    assert any("falls back to sdpa" in str(w.message) for w in caught)
+    expected = models["sdpa"](prompt, attention_mask=mask).logits
+    torch.testing.assert_close(got, expected)
+
+
+def test_register_returns_a_name_transformers_accepts(implementation):
+    assert "flash" not in implementation  # transformers 5.x loads any "*flash*" as FA kernels
+    model = transformers.AutoModelForCausalLM.from_config(_tiny_llama_config(),
+                                                          attn_implementation=implementation)
+    assert model.config._attn_implementation == implementation
+    assert fctf.register() == implementation  # idempotent
