@@ -40,11 +40,13 @@ void fill_empty_rows_cuda(const AttentionParams& p) {
   cudaStream_t stream = p.stream;
   const size_t element_bytes = dtype_size(p.dtype);
   auto* out = static_cast<char*>(p.out);
+  const size_t row_bytes = p.head_dim * element_bytes;
+  // A single row may carry any row stride; cudaMemset2D only needs pitch >= width then.
+  const size_t pitch = p.seqlen_q == 1 ? row_bytes : p.o_row_stride * element_bytes;
   for (int b = 0; b < p.batch; ++b) {
     for (int h = 0; h < p.heads_q; ++h) {
-      FLASHCORE_CUDA_CHECK(cudaMemset2DAsync(out + p.o_offset(b, 0, h) * element_bytes,
-                                             p.o_row_stride * element_bytes, 0,
-                                             p.head_dim * element_bytes, p.seqlen_q, stream));
+      FLASHCORE_CUDA_CHECK(cudaMemset2DAsync(out + p.o_offset(b, 0, h) * element_bytes, pitch,
+                                             0, row_bytes, p.seqlen_q, stream));
     }
   }
   if (p.lse == nullptr) return;

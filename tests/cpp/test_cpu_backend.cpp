@@ -29,6 +29,9 @@ std::string case_name(const CpuCase& c) {
   return name;
 }
 
+// Short, readable parameter text in test listings (and so in ctest names).
+void PrintTo(const CpuCase& c, std::ostream* os) { *os << case_name(c); }
+
 testing::ProblemShape make_shape(int sq, int sk, int hq, int hkv, int d, DType dtype, bool causal,
                                  int batch = 1) {
   testing::ProblemShape s;

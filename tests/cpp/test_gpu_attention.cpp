@@ -1,0 +1,241 @@
+// The CUDA backends against the float64 oracle (BENCHMARKS.md rule), one line printed per case.
+// Every case skips with the reason when it cannot run here (no device, wrong arch, not compiled).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <tuple>
+
+#include "api/kernel_registry.h"
+#include "gpu_runner.h"
+
+namespace flashcore::test {
+namespace {
+
+// The float64 oracle runs on the host: sample rows of long sequences to keep the suite fast.
+constexpr int kMaxCheckedRows = 64;
+constexpr float kLargeStddev = 30.0f;  // BENCHMARKS.md: large-magnitude inputs stress softmax
+constexpr int kPreferredHeadDim = 128;  // the shape list runs at this head_dim when compiled
+
+struct GpuCase {
+  testing::ProblemShape shape;  // head_dim 0: the backend's preferred compiled head_dim
+  Layout layout = Layout::kBSHD;
+  float stddev = 1.0f;
+};
+
+void PrintTo(const GpuCase& c, std::ostream* os) {
+  *os << c.shape.describe() << " " << to_string(c.layout) << (c.stddev != 1.0f ? " std30" : "");
+}
+
+testing::ProblemShape make_shape(int sq, int sk, int hq, int hkv, bool causal, int batch = 1) {
+  testing::ProblemShape s;
+  s.batch = batch, s.seqlen_q = sq, s.seqlen_k = sk, s.heads_q = hq, s.heads_kv = hkv;
+  s.head_dim = 0, s.causal = causal;
+  return s;
+}
+
+std::vector<GpuCase> shape_list() {
+  std::vector<GpuCase> cases;
+  for (int seqlen : {1, 17, 63, 64, 65, 127, 1000, 4097}) {
+    for (bool causal : {false, true}) {
+      cases.push_back({make_shape(seqlen, seqlen, 2, seqlen > 1000 ? 1 : 2, causal)});
+    }
+  }
+  const std::pair<int, int> uneven[] = {{1, 1000}, {1000, 1}, {17, 65}, {65, 17}, {127, 4097},
+                                        {4097, 127}, {100, 300}, {300, 100}};
+  for (auto [sq, sk] : uneven) {
+    for (bool causal : {false, true}) cases.push_back({make_shape(sq, sk, 2, 1, causal)});
+  }
+  for (auto [hq, hkv] : {std::pair{8, 8}, {8, 2}, {8, 1}, {16, 2}, {4, 1}}) {
+    cases.push_back({make_shape(300, 300, hq, hkv, true, 2)});
+    cases.push_back({make_shape(200, 333, hq, hkv, false)});
+  }
+  for (Layout layout : {Layout::kBHSD, Layout::kPackedQKV}) {
+    for (bool causal : {false, true}) cases.push_back({make_shape(257, 257, 4, 2, causal, 2), layout});
+  }
+  cases.push_back({make_shape(190, 400, 4, 4, true), Layout::kBHSD});
+  for (bool causal : {false, true}) {
+    cases.push_back({make_shape(512, 512, 2, 1, causal), Layout::kBSHD, kLargeStddev});
+    cases.push_back({make_shape(129, 129, 2, 2, causal), Layout::kPackedQKV, kLargeStddev});
+  }
+  return cases;
+}
+
+// Why this (backend, dtype, head_dim, causal) cannot run here, or "".
+std::string skip_reason(Backend backend, DType dtype, int head_dim, bool causal) {
+  if (cuda_device_count() == 0) return "no CUDA device";
+  if (!backend_available(backend)) {
+    return std::string("backend ") + to_string(backend) + " not available on this device";
+  }
+  if (detail::find_kernel(backend, dtype, head_dim, causal) == nullptr) {
+    return std::string("no ") + to_string(backend) + " kernel compiled for " + to_string(dtype) +
+           " head_dim=" + std::to_string(head_dim) + (causal ? " causal" : "");
+  }
+  return "";
+}
+
+int preferred_head_dim(Backend backend) {
+  std::vector<int> dims = supported_head_dims(backend);
+  if (dims.empty()) return kPreferredHeadDim;
+  return std::count(dims.begin(), dims.end(), kPreferredHeadDim) ? kPreferredHeadDim : dims[0];
+}
+
+void run_and_check(const testing::ProblemShape& s, Layout layout, float stddev, Backend backend,
+                   cudaStream_t stream = nullptr) {
+  std::string reason = skip_reason(backend, s.dtype, s.head_dim, s.causal);
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  GpuRun run = run_gpu_case(s, layout, stddev, backend, kMaxCheckedRows, stream);
+  std::printf("[%s] %s %s%s: %s\n", to_string(backend), s.describe().c_str(), to_string(layout),
+              stddev != 1.0f ? " std30" : "", run.report.summary().c_str());
+  EXPECT_EQ(run.ran, backend);
+  EXPECT_TRUE(run.report.pass) << to_string(backend) << " " << s.describe() << " "
+                               << to_string(layout) << " std=" << stddev << ": "
+                               << run.report.summary();
+}
+
+using GpuParam = std::tuple<Backend, DType, GpuCase>;
+
+class GpuAttention : public ::testing::TestWithParam<GpuParam> {};
+
+TEST_P(GpuAttention, MatchesFloat64Reference) {
+  auto [backend, dtype, c] = GetParam();
+  testing::ProblemShape s = c.shape;
+  s.dtype = dtype;
+  s.head_dim = preferred_head_dim(backend);
+  run_and_check(s, c.layout, c.stddev, backend);
+}
+
+std::string param_name(const ::testing::TestParamInfo<GpuParam>& info) {
+  auto [backend, dtype, c] = info.param;
+  std::string name = std::string(to_string(backend)) + "_" + to_string(dtype) + "_" +
+                     c.shape.describe() + "_" + to_string(c.layout) +
+                     (c.stddev != 1.0f ? "_std30" : "");
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuAttention,
+                         ::testing::Combine(::testing::Values(Backend::kSM80, Backend::kSM90),
+                                            ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                                            ::testing::ValuesIn(shape_list())),
+                         param_name);
+
+using BackendDtype = std::tuple<Backend, DType>;
+class GpuBackend : public ::testing::TestWithParam<BackendDtype> {};
+
+TEST_P(GpuBackend, EverySupportedHeadDim) {
+  auto [backend, dtype] = GetParam();
+  std::vector<int> dims = supported_head_dims(backend);
+  if (dims.empty()) GTEST_SKIP() << "backend " << to_string(backend) << " not compiled in";
+  for (int d : dims) {
+    for (bool causal : {false, true}) {
+      testing::ProblemShape s = make_shape(200, 230, 4, 2, causal, 2);
+      s.dtype = dtype, s.head_dim = d;
+      SCOPED_TRACE(s.describe());
+      run_and_check(s, Layout::kBSHD, 1.0f, backend);
+    }
+  }
+}
+
+TEST_P(GpuBackend, ExplicitSoftmaxScaleAndStream) {
+  auto [backend, dtype] = GetParam();
+  testing::ProblemShape s = make_shape(333, 333, 4, 1, true);
+  s.dtype = dtype, s.head_dim = preferred_head_dim(backend), s.softmax_scale = 0.3f;
+  cudaStream_t stream = nullptr;
+  if (cuda_device_count() > 0) GPU_TEST_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  run_and_check(s, Layout::kBSHD, 1.0f, backend, stream);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+TEST_P(GpuBackend, UnsupportedHeadDimNamesSupportedOnes) {
+  auto [backend, dtype] = GetParam();
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!backend_available(backend)) {
+    GTEST_SKIP() << "backend " << to_string(backend) << " not available on this device";
+  }
+  std::vector<int> dims = supported_head_dims(backend);
+  int unsupported = 0;
+  for (int candidate : {80, 72, 48, 40, 160}) {
+    if (std::count(dims.begin(), dims.end(), candidate) == 0) {
+      unsupported = candidate;
+      break;
+    }
+  }
+  std::string list;
+  for (int d : dims) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  const int64_t d = unsupported;
+  DeviceBuffer buffer(4 * 64 * d * 2);
+  const Device cuda{DeviceType::kCUDA, 0};
+  AttentionArgs args;
+  args.q = make_tensor(buffer.data(), dtype, cuda, {1, 64, 1, d});
+  args.k = make_tensor(buffer.data() + 64 * d * 2, dtype, cuda, {1, 64, 1, d});
+  args.v = make_tensor(buffer.data() + 2 * 64 * d * 2, dtype, cuda, {1, 64, 1, d});
+  args.out = make_tensor(buffer.data() + 3 * 64 * d * 2, dtype, cuda, {1, 64, 1, d});
+  args.backend = backend;
+  try {
+    attention_forward(args);
+    FAIL() << "head_dim=" << d << " did not throw";
+  } catch (const Error& error) {
+    const std::string expected = "head_dim=" + std::to_string(d) + " is not supported by backend " +
+                                 to_string(backend) + "; supported: " + list;
+    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos)
+        << error.what() << "\nexpected: " << expected;
+  }
+}
+
+TEST_P(GpuBackend, NoKeysGivesZeroOutAndMinusInfLse) {
+  auto [backend, dtype] = GetParam();
+  testing::ProblemShape s = make_shape(70, 0, 2, 1, false);
+  s.dtype = dtype, s.head_dim = preferred_head_dim(backend);
+  run_and_check(s, Layout::kBSHD, 1.0f, backend);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend,
+                         ::testing::Combine(::testing::Values(Backend::kSM80, Backend::kSM90),
+                                            ::testing::Values(DType::kFloat16, DType::kBFloat16)),
+                         [](const ::testing::TestParamInfo<BackendDtype>& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  to_string(std::get<1>(info.param));
+                         });
+
+TEST(GpuSelection, AutoPicksTheFastestAvailableBackend) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const int64_t d = preferred_head_dim(Backend::kSM80);
+  DeviceBuffer buffer(4 * 128 * d * 2);
+  const Device cuda{DeviceType::kCUDA, 0};
+  AttentionArgs args;
+  for (int i = 0; i < 4; ++i) {
+    TensorView t = make_tensor(buffer.data() + i * 128 * d * 2, DType::kFloat16, cuda, {1, 128, 1, d});
+    (i == 0 ? args.q : i == 1 ? args.k : i == 2 ? args.v : args.out) = t;
+  }
+  Backend expected = backend_available(Backend::kSM90) &&
+                             detail::find_kernel(Backend::kSM90, DType::kFloat16, int(d), false)
+                         ? Backend::kSM90
+                         : Backend::kSM80;
+  if (!backend_available(expected)) GTEST_SKIP() << "no CUDA backend available on this device";
+  EXPECT_EQ(select_backend(args), expected);
+  // Host memory marked as CUDA is rejected before any kernel runs.
+  std::vector<uint16_t> host(128 * d);
+  args.q.data = host.data();
+  try {
+    select_backend(args);
+    FAIL() << "host pointer accepted as device memory";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is not memory of that device"), std::string::npos)
+        << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace flashcore::test
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  int devices = flashcore::test::cuda_device_count();
+  std::printf("flashcore GPU tests: %d CUDA device(s); sm80 %s, sm90 %s\n", devices,
+              flashcore::backend_available(flashcore::Backend::kSM80) ? "available" : "unavailable",
+              flashcore::backend_available(flashcore::Backend::kSM90) ? "available" : "unavailable");
+  return RUN_ALL_TESTS();
+}
