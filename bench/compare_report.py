@@ -1,6 +1,18 @@
 """JSON and markdown output of bench/compare.py (pure Python)."""
 import json
+import math
 import os
+
+
+def _finite(value):
+    """JSON has no NaN/Inf: they become null (strict parsers reject Python's NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _fmt(value, digits=1):
@@ -42,7 +54,8 @@ def markdown(meta, records, flashcore_names):
         cells = [record["config"]]
         for name in names:
             r = results.get(name, {})
-            cells.append(_fmt(r.get("tflops")) if r.get("tflops") else r.get("status", "-"))
+            tflops = r.get("tflops")
+            cells.append(_fmt(tflops, 1 if tflops >= 10 else 3) if tflops else r.get("status", "-"))
             if r.get("status") == "n/a":
                 notes.append(f"{record['config']} {name}: {r.get('reason')}")
         cells += [_fmt(record["ratios"].get(f"{fc}/{b}"), 2)
@@ -63,7 +76,7 @@ def write(out_dir, meta, records, flashcore_names):
     os.makedirs(out_dir, exist_ok=True)
     table = markdown(meta, records, flashcore_names)
     with open(os.path.join(out_dir, "compare.json"), "w") as f:
-        json.dump({"meta": meta, "records": records}, f, indent=1)
+        json.dump(_finite({"meta": meta, "records": records}), f, indent=1, allow_nan=False)
     with open(os.path.join(out_dir, "compare.md"), "w") as f:
         f.write(table)
     return table
