@@ -107,8 +107,11 @@ TEST_P(GpuAttention, MatchesFloat64Reference) {
 
 std::string param_name(const ::testing::TestParamInfo<GpuParam>& info) {
   auto [backend, dtype, c] = info.param;
-  std::string name = std::string(to_string(backend)) + "_" + to_string(dtype) + "_" +
-                     c.shape.describe() + "_" + to_string(c.layout) +
+  testing::ProblemShape s = c.shape;
+  s.dtype = dtype;
+  s.head_dim = preferred_head_dim(backend);
+  std::string name = std::string(to_string(backend)) + "_" + s.describe() + "_" +
+                     to_string(c.layout) +
                      (c.stddev != 1.0f ? "_std30" : "");
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
