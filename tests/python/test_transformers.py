@@ -5,6 +5,10 @@ a float32 reference as SDPA's are (2x SDPA's error + slack); greedy tokens must 
 is installed; CUDA in fp16/bf16 under the `gpu` marker."""
 
 import copy
+import json
+import pathlib
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -124,3 +128,19 @@ def test_register_returns_a_name_transformers_accepts(implementation):
                                                           attn_implementation=implementation)
     assert model.config._attn_implementation == implementation
     assert fctf.register() == implementation  # idempotent
+
+
+@pytest.mark.parametrize("device,dtype", [CASES[0], CASES[2]])
+def test_llama_benchmark_script_runs_at_a_small_size(device, dtype, tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[2] / "examples/python/benchmark_llama.py"
+    out = tmp_path / "llama.json"
+    dtype_flag = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
+    result = subprocess.run(
+        [sys.executable, str(script), "--device", device, "--dtype", dtype_flag, "--layers", "2",
+         "--hidden", "256", "--heads", "8", "--kv-heads", "2", "--intermediate", "512",
+         "--prompt", "128", "--decode-steps", "6", "--iters", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    assert set(report["implementations"]) == {"flashcore", "sdpa"}
+    assert report["greedy_token_agreement"] >= MIN_GREEDY_AGREEMENT
