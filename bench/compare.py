@@ -101,6 +101,29 @@ def import_flashcore():
         return None, f"{type(error).__name__}: {error}"
 
 
+def run_config(config, seed, args, settings, device, on_gpu, impls, record):
+    """Fresh inputs for one config, its reference, then every implementation on them."""
+    import torch
+    import compare_accuracy
+    import compare_runner
+    torch.manual_seed(seed)
+    dtype = compare_runner.TORCH_DTYPES[config.dtype]
+    q = torch.randn(config.batch, config.seqlen_q, config.heads_q, config.head_dim,
+                    dtype=dtype, device=device)
+    k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim,
+                    dtype=dtype, device=device)
+    v = torch.randn_like(k)
+    checker = compare_accuracy.Checker(q, k, v, config.causal, config.head_dim ** -0.5,
+                                       args.check_rows)
+    record.update(baseline_err_out=checker.baseline_err_out, tol_out=checker.tol_out,
+                  baseline_err_lse=checker.baseline_err_lse, tol_lse=checker.tol_lse)
+    for impl in impls:
+        result = compare_runner.run_impl(impl, q, k, v, config.causal, checker, settings, on_gpu)
+        if "median_ms" in result:
+            result["tflops"] = config.flops() / (result["median_ms"] * 1e-3) / 1e12
+        record["results"][impl.name] = result
+
+
 def main(argv):
     args = parse_args(argv)
     if args.list:
@@ -109,7 +132,6 @@ def main(argv):
         return 0
 
     import torch
-    import compare_accuracy
     import compare_runner
 
     on_gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -150,32 +172,22 @@ def main(argv):
 
     records = []
     for index, config in enumerate(args.configs):
-        torch.manual_seed(args.seed + index)
-        dtype = compare_runner.TORCH_DTYPES[config.dtype]
-        q = torch.randn(config.batch, config.seqlen_q, config.heads_q, config.head_dim,
-                        dtype=dtype, device=device)
-        k = torch.randn(config.batch, config.seqlen_k, config.heads_kv, config.head_dim,
-                        dtype=dtype, device=device)
-        v = torch.randn_like(k)
-        scale = config.head_dim ** -0.5
-        checker = compare_accuracy.Checker(q, k, v, config.causal, scale, args.check_rows)
         record = {"config": config.describe(), **config.as_dict(), "flops": config.flops(),
-                  "baseline_err_out": checker.baseline_err_out, "tol_out": checker.tol_out,
-                  "baseline_err_lse": checker.baseline_err_lse, "tol_lse": checker.tol_lse,
                   "results": {}}
-        for impl in flashcore_impls + baselines:
-            result = compare_runner.run_impl(impl, q, k, v, config.causal, checker, settings,
-                                             on_gpu)
-            if "median_ms" in result:
-                result["tflops"] = config.flops() / (result["median_ms"] * 1e-3) / 1e12
-            record["results"][impl.name] = result
+        try:
+            run_config(config, args.seed + index, args, settings, device, on_gpu,
+                       flashcore_impls + baselines, record)
+        except Exception as error:  # inputs or reference out of memory, ...: record, go on
+            record["error"] = compare_runner.short_reason(error)
+            for impl in flashcore_impls + baselines:
+                record["results"].setdefault(impl.name, {"status": "n/a",
+                                                         "reason": record["error"]})
         compare_report.add_ratios(record, flashcore_names)
         records.append(record)
         summary = ", ".join(f"{n} {r.get('tflops', 0):.1f}" if r["status"] == "ok"
                             else f"{n} {r['status']}" for n, r in record["results"].items())
         print(f"[{index + 1}/{len(args.configs)}] {record['config']}: {summary}",
               file=sys.stderr, flush=True)
-        del q, k, v, checker
 
     table = compare_report.write(args.out, meta, records, flashcore_names)
     print(f"wrote {args.out}/compare.json and compare.md", file=sys.stderr)
