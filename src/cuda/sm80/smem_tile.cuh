@@ -32,9 +32,14 @@ __device__ __forceinline__ int thread_index_unhoisted() {
   return tid;
 }
 
-// The same for any value: an identity the compiler cannot see through.
+// The same for any value: an identity the compiler cannot see through, so what is derived from
+// it is recomputed where it is used (from the constant bank, for kernel parameters).
 __device__ __forceinline__ int unhoisted(int value) {
   asm volatile("" : "+r"(value));
+  return value;
+}
+__device__ __forceinline__ int64_t unhoisted(int64_t value) {
+  asm volatile("" : "+l"(value));
   return value;
 }
 
@@ -91,10 +96,11 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem_tile, const Elemen
   static_assert(Plan::kRowsPerPass % 8 == 0, "swizzle phase must repeat every pass");
   const uint32_t smem_thread = smem_tile + Layout::byte_offset(row, chunk);
   const Element* src = gmem_tile + row * row_stride + chunk * Layout::kChunkElems;
-  const int64_t pass_stride = Plan::kRowsPerPass * row_stride;
+  const int64_t pass_stride = Plan::kRowsPerPass * unhoisted(row_stride);
+  const int rows_left = valid_rows - row;  // compared with compile-time pass offsets below
 #pragma unroll
   for (int pass = 0; pass < kRows / Plan::kRowsPerPass; ++pass) {
-    const bool valid = row + pass * Plan::kRowsPerPass < valid_rows;
+    const bool valid = pass * Plan::kRowsPerPass < rows_left;
     cp_async_16_zfill(smem_thread + pass * Plan::kRowsPerPass * Layout::kRowBytes,
                       valid ? src : gmem_tile, valid);
     src += pass_stride;
