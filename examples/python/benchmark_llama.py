@@ -34,6 +34,7 @@ def parse_args(argv):
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--heads", type=int, default=32)
     p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
     p.add_argument("--intermediate", type=int, default=14336)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--prompt", type=int, default=4096, help="prompt length (tokens)")
@@ -52,7 +53,8 @@ def build_model(args):
     cfg = transformers.LlamaConfig(
         vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads, max_position_embeddings=args.prompt + 1024)
+        num_key_value_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
+        max_position_embeddings=args.prompt + 1024)
     torch.manual_seed(0)
     with torch.device(args.device):  # random init on the GPU: seconds, not minutes on the CPU
         model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")

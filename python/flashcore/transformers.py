@@ -22,16 +22,20 @@ register() adds two entries under that name:
 
 Fallback policy: whenever the attention function receives a mask (padding in the batch, static
 caches whose key range extends past the last query, sliding windows, packed sequences), or
-dropout in training, softcapping, position bias or a paged cache, it calls transformers' SDPA
-attention instead and logs a warning once per reason. Results stay correct; only speed differs.
+dropout in training, softcapping, position bias, a paged cache, float32 CUDA tensors or a
+head_dim with no compiled CUDA kernel, it calls transformers' SDPA attention instead and warns
+(warnings.warn) once per reason. Results stay correct; only speed differs.
 Needs transformers >= 4.53 for the mask interface (older versions always pass a mask, so every
 call falls back to SDPA).
 """
 
+import functools
 import logging
 import warnings
 
 import torch
+
+import flashcore
 
 from . import torch as flashcore_torch
 
@@ -49,7 +53,24 @@ def _warn_once(reason):
         warnings.warn(f"flashcore attention falls back to sdpa: {reason}", stacklevel=3)
 
 
-def _fallback_reason(module, attention_mask, dropout, kwargs):
+@functools.lru_cache(maxsize=None)
+def _cuda_head_dims(device_index):
+    """Head dims some CUDA backend available on this device has kernels for."""
+    dims = set()
+    for backend in ("sm90", "sm80"):
+        if flashcore.backend_available(backend, device_index):
+            dims.update(flashcore.supported_head_dims(backend))
+    return frozenset(dims)
+
+
+def _fallback_reason(module, query, attention_mask, dropout, kwargs):
+    if query.is_cuda:
+        if query.dtype == torch.float32:
+            return "float32 on CUDA (FlashCore's CUDA kernels take float16/bfloat16)"
+        head_dims = _cuda_head_dims(query.device.index or 0)
+        if query.shape[-1] not in head_dims:
+            return (f"head_dim={query.shape[-1]} (compiled CUDA kernels here: "
+                    f"{sorted(head_dims) or 'none'})")
     if attention_mask is not None:
         return ("an explicit attention mask (padding, sliding window, static cache or packed "
                 "sequences); FlashCore runs masks that are pure bottom-right causal only")
@@ -79,7 +100,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     Returns (attn_output [b, s_q, h_q, d] contiguous, None). Falls back to SDPA (warning once per
     reason) for anything FlashCore does not run: see the module docstring.
     """
-    reason = _fallback_reason(module, attention_mask, dropout, kwargs)
+    reason = _fallback_reason(module, query, attention_mask, dropout, kwargs)
     if reason is not None:
         _warn_once(reason)
         return _sdpa_attention(module, query, key, value, attention_mask, dropout=dropout,

@@ -29,7 +29,7 @@ CASES = [pytest.param("cpu", torch.float32, id="cpu-fp32"),
 def _tiny_llama_config():
     return transformers.LlamaConfig(
         vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
         initializer_range=0.1)  # larger than the default 0.02: fewer near-tied logits
 
 
@@ -137,7 +137,8 @@ def test_llama_benchmark_script_runs_at_a_small_size(device, dtype, tmp_path):
     dtype_flag = {torch.float32: "fp32", torch.bfloat16: "bf16"}[dtype]
     result = subprocess.run(
         [sys.executable, str(script), "--device", device, "--dtype", dtype_flag, "--layers", "2",
-         "--hidden", "256", "--heads", "8", "--kv-heads", "2", "--intermediate", "512",
+         "--hidden", "256", "--heads", "8", "--kv-heads", "2", "--head-dim", "64",
+         "--intermediate", "512",
          "--prompt", "128", "--decode-steps", "6", "--iters", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
