@@ -177,7 +177,8 @@ run:
   --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend) (auto)
   --iters N            timed runs (GPU 30, cpu 5, reference 1); the median is reported
   --warmup N           untimed runs after the checked first run (GPU 10, cpu 1, reference 0)
-  --check-rows N       query rows per (batch, head) checked against the reference (64)
+  --check-rows N       query rows per (batch, head) checked against the float64 reference
+                       (64; 16 on --grid standard, where the host-side check dominates)
   --seed N             input seed (default: fresh each run, printed for reproduction)
   --json FILE          also write every result as a JSON array
   --help               this text

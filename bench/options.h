@@ -32,7 +32,7 @@ struct BenchOptions {
   std::string backend = "auto";  // auto|cpu|reference|sm80|sm90|all
   std::optional<int> iters;      // timed runs (default depends on where the backend runs)
   std::optional<int> warmup;     // untimed runs after the checked one
-  int check_rows = 64;           // query rows compared with the float64 reference
+  std::optional<int> check_rows; // query rows compared with the float64 reference
   std::string grid;              // "", "default", "small", "standard"
   std::string json_path;
   std::optional<uint64_t> seed;  // default: a fresh random seed, printed for reproduction

@@ -135,8 +135,9 @@ void print_progress(const BenchRecord& record, size_t index, size_t count, std::
   if (!record.error.empty()) {
     os << "ERROR " << record.error << "\n";
   } else {
-    os << fixed(record.median_ms, 3) << " ms, " << fixed(record.tflops, record.tflops < 10 ? 3 : 1) << " TFLOPS, "
-       << result_label(record) << "\n";
+    os << fixed(record.median_ms, 3) << " ms, "
+       << fixed(record.tflops, record.tflops < 10 ? 3 : 1) << " TFLOPS, " << result_label(record)
+       << "\n";
   }
   os.flush();
 }
