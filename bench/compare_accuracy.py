@@ -73,7 +73,8 @@ def baseline(q, k, v, rows, causal, scale):
     # torch >= 2.5 upcasts fp16/bf16 inside the math backend unless told not to; the rule wants
     # a naive implementation in the *same* low precision.
     allow = getattr(cuda_flags, "allow_fp16_bf16_reduction_math_sdp", None)
-    previous = cuda_flags.fp16_bf16_reduction_math_sdp_allowed() if allow else None
+    query = getattr(cuda_flags, "fp16_bf16_reduction_math_sdp_allowed", lambda: False)
+    previous = query() if allow else None
     if allow:
         allow(True)
     try:
