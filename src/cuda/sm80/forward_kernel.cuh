@@ -13,6 +13,7 @@
 //     wait all; barrier          V_j landed; every warp is done with K_j
 //     cp.async K_{j-1}                                                 [group]
 //     online softmax: P = exp2(S * scale_log2 - max), rescale O       (overlaps the K load)
+//       (or issue K_{j-1} here instead: Sm80Tile::k_load_after_softmax)
 //     O += P V_j                 (P from registers, V via ldmatrix.trans)
 //   epilogue: O / sum -> smem (reusing Q's space) -> coalesced 16-byte stores; lse
 //
@@ -84,6 +85,15 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     return kv_head_base[1] + static_cast<int64_t>(n) * kBlockN * params.v_row_stride;
   };
 
+  // Issues K_{n-1} when tile n is not the last one visited (the tile table picks the spot).
+  const auto load_next_k = [&](int n) {
+    if (n > tiles.begin) {
+      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_tile(n - 1), params.k_row_stride,
+                                                   mask.seqlen_k - (n - 1) * kBlockN);
+      cp_async_commit();
+    }
+  };
+
   float acc_o[Shape::kMTiles][Shape::kOBlocks][4];
 #pragma unroll
   for (int i = 0; i < Shape::kMTiles; ++i) {
@@ -131,16 +141,12 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
 
       cp_async_wait_group<0>();
       __syncthreads();
-      if (n > tiles.begin) {
-        load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_tile(n - 1),
-                                                     params.k_row_stride,
-                                                     mask.seqlen_k - (n - 1) * kBlockN);
-        cp_async_commit();
-      }
+      if (!Shape::kLoadKAfterSoftmax) load_next_k(n);
 
       softmax.update(s, acc_o, params.softmax_scale_log2, lane);
       uint32_t p_frag[Shape::kMTiles][Shape::kPvSteps][4];
       pack_p_fragments<kDType, Shape>(p_frag, s);
+      if (Shape::kLoadKAfterSoftmax) load_next_k(n);
       warp_gemm_pv<kDType, Shape, kHeadDim>(acc_o, p_frag, smem_v);
     }
   }

@@ -14,6 +14,11 @@ struct Sm80Tile {
   int block_m;  // query rows per CTA
   int block_n;  // key/value rows per pipeline step
   int warps;    // each warp owns block_m / warps query rows (a multiple of the 16-row mma tile)
+  // Where the load of K_{j+1} is issued: before the softmax of tile j (FlashAttention-2's order,
+  // the load overlaps softmax and P V) or after it (overlaps P V only). The later issue keeps
+  // the load's address arithmetic out of the point of peak register pressure (S and O both
+  // live), which is what removes the last spill at head_dim 128.
+  bool k_load_after_softmax;
 };
 
 // Register budget drives the table: a warp holds its O accumulator (rows_per_warp x head_dim
@@ -24,11 +29,11 @@ struct Sm80Tile {
 //   d128 128x64: O 128 + S 64 regs.
 //   d256 128x64 on 8 warps (16 rows each): O 128 + S 32 regs; 128 KB of shared memory.
 constexpr Sm80Tile sm80_tile(int head_dim, bool causal) {
-  return head_dim == 64    ? (causal ? Sm80Tile{128, 64, 4} : Sm80Tile{128, 128, 4})
-         : head_dim == 96  ? Sm80Tile{128, 64, 4}
-         : head_dim == 128 ? Sm80Tile{128, 64, 4}
-         : head_dim == 256 ? Sm80Tile{128, 64, 8}
-                           : Sm80Tile{0, 0, 0};
+  return head_dim == 64    ? (causal ? Sm80Tile{128, 64, 4, false} : Sm80Tile{128, 128, 4, false})
+         : head_dim == 96  ? Sm80Tile{128, 64, 4, false}
+         : head_dim == 128 ? Sm80Tile{128, 64, 4, true}
+         : head_dim == 256 ? Sm80Tile{128, 64, 8, false}
+                           : Sm80Tile{0, 0, 0, false};
 }
 
 template <int kHeadDim, bool kCausal, size_t kElementBytes>
@@ -39,6 +44,7 @@ struct Sm80TileShape {
   static constexpr int kBlockM = kTile.block_m;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kWarps = kTile.warps;
+  static constexpr bool kLoadKAfterSoftmax = kTile.k_load_after_softmax;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;  // mma.sync.m16n8k16
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
