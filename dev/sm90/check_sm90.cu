@@ -7,7 +7,9 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256] [--schedule plain|overlap]
-// (both schedules by default: plain = stage 2, overlap = stage 3 intra-warpgroup overlap + ping-pong)
+//                      [--sweep]
+// Both schedules of the tile table by default (plain = stage 2, overlap = stage 3 intra-warpgroup
+// overlap + ping-pong); --sweep adds other tile configurations (bf16), each checked then timed.
 // A kernel that does not finish within kWatchdogSeconds is reported (a barrier deadlock) and the
 // program exits 2.
 #include <cuda_runtime.h>
@@ -66,42 +68,72 @@ void wait_with_watchdog(const char* what) {
   }
 }
 
-template <DType kDType, Sm90Schedule kSchedule>
-void dispatch(const AttentionParams& p) {
-  const bool c = p.causal;
+// One way of running the kernel: a tile configuration and a consumer schedule.
+using Runner = void (*)(const AttentionParams&);
+struct Variant {
+  std::string name;
+  int head_dim;     // 0: dispatches on params.head_dim (the tile table's configurations)
+  bool bf16_only;   // sweep variants are compiled for bf16 only
+  Runner run;
+};
+
+template <DType kDType, class Config, Sm90Schedule kSchedule>
+void run_config(const AttentionParams& p) {
+  p.causal ? run_sm90_forward_configured<kDType, Config, true, kSchedule>(p)
+           : run_sm90_forward_configured<kDType, Config, false, kSchedule>(p);
+}
+
+// The tile table's configuration for the call's head_dim and dtype.
+template <Sm90Schedule kSchedule>
+void run_table(const AttentionParams& p) {
+  const bool fp16 = p.dtype == DType::kFloat16;
   switch (p.head_dim) {
     case 64:
-      c ? run_sm90_forward_scheduled<kDType, 64, true, kSchedule>(p)
-        : run_sm90_forward_scheduled<kDType, 64, false, kSchedule>(p);
+      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<64>, kSchedule>(p)
+           : run_config<DType::kBFloat16, Sm90TileConfig<64>, kSchedule>(p);
       break;
     case 128:
-      c ? run_sm90_forward_scheduled<kDType, 128, true, kSchedule>(p)
-        : run_sm90_forward_scheduled<kDType, 128, false, kSchedule>(p);
+      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<128>, kSchedule>(p)
+           : run_config<DType::kBFloat16, Sm90TileConfig<128>, kSchedule>(p);
       break;
     case 256:
-      c ? run_sm90_forward_scheduled<kDType, 256, true, kSchedule>(p)
-        : run_sm90_forward_scheduled<kDType, 256, false, kSchedule>(p);
+      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<256>, kSchedule>(p)
+           : run_config<DType::kBFloat16, Sm90TileConfig<256>, kSchedule>(p);
       break;
     default: std::printf("unsupported head_dim %d\n", p.head_dim); std::exit(1);
   }
 }
 
-Sm90Schedule g_schedule = Sm90Schedule::kPlain;
-
-const char* schedule_name(Sm90Schedule s) {
-  return s == Sm90Schedule::kPlain ? "plain" : "overlap+pingpong";
+template <int kHeadDim, int kBlockN, int kStages, Sm90Schedule kSchedule>
+Variant sweep_variant() {
+  char name[96];
+  std::snprintf(name, sizeof(name), "%s d%d n%d s%d",
+                kSchedule == Sm90Schedule::kPlain ? "plain" : "overlap", kHeadDim, kBlockN,
+                kStages);
+  return Variant{name, kHeadDim, true,
+                 run_config<DType::kBFloat16, Sm90TileConfig<kHeadDim, kBlockN, kStages>,
+                            kSchedule>};
 }
 
-void run(const AttentionParams& p) {
-  const bool fp16 = p.dtype == DType::kFloat16;
-  if (g_schedule == Sm90Schedule::kPlain) {
-    fp16 ? dispatch<DType::kFloat16, Sm90Schedule::kPlain>(p)
-         : dispatch<DType::kBFloat16, Sm90Schedule::kPlain>(p);
-  } else {
-    fp16 ? dispatch<DType::kFloat16, Sm90Schedule::kOverlapPingPong>(p)
-         : dispatch<DType::kBFloat16, Sm90Schedule::kOverlapPingPong>(p);
-  }
+std::vector<Variant> table_variants() {
+  return {Variant{"plain", 0, false, run_table<Sm90Schedule::kPlain>},
+          Variant{"overlap+pingpong", 0, false, run_table<Sm90Schedule::kOverlapPingPong>}};
 }
+
+// Tile configurations other than the table's, for one tuning run (bf16 only). Shared memory:
+// d64 n192 s2 = 112 KB, d64 n128 s3 = 112 KB, d128 n176 s2 = 208 KB, d128 n128 s3 = 224 KB,
+// d256 n64 s2 = 192 KB.
+std::vector<Variant> sweep_variants() {
+  constexpr Sm90Schedule kOverlap = Sm90Schedule::kOverlapPingPong;
+  return {sweep_variant<64, 192, 2, kOverlap>(),  sweep_variant<64, 128, 3, kOverlap>(),
+          sweep_variant<64, 176, 2, kOverlap>(),  sweep_variant<128, 176, 2, kOverlap>(),
+          sweep_variant<128, 128, 3, kOverlap>(), sweep_variant<128, 96, 2, kOverlap>(),
+          sweep_variant<256, 64, 2, kOverlap>()};
+}
+
+const Variant* g_variant = nullptr;
+
+void run(const AttentionParams& p) { g_variant->run(p); }
 
 // Device buffers of a problem plus params pointing into them.
 struct DeviceProblem {
@@ -155,7 +187,7 @@ bool check_case(const ProblemShape& shape) {
   CHECK_CUDA(cudaMemcpy(out.data(), dev.out, out.size() * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(lse.data(), dev.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
   const CheckResult result = compare_with_reference(host, out, lse);
-  std::printf("%s [%s] %s: %s\n", result.pass ? "ok  " : "FAIL", schedule_name(g_schedule),
+  std::printf("%s [%s] %s: %s\n", result.pass ? "ok  " : "FAIL", g_variant->name.c_str(),
               name.c_str(), result.detail.c_str());
   return result.pass;
 }
@@ -186,7 +218,7 @@ void time_case(const ProblemShape& shape) {
   const double median_s = ms[kRuns / 2] * 1e-3;
   const double floor_s = std::max(flops / (kGemmPeakTflops * 1e12), bytes / (kCopyTBps * 1e12));
   std::printf("time [%s] %s: %.3f ms, %.1f TFLOPS (floor %.3f ms = %.0f%% of floor speed)\n",
-              schedule_name(g_schedule), shape.describe().c_str(), median_s * 1e3, flops / median_s * 1e-12, floor_s * 1e3,
+              g_variant->name.c_str(), shape.describe().c_str(), median_s * 1e3, flops / median_s * 1e-12, floor_s * 1e3,
               100.0 * floor_s / median_s);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -194,19 +226,22 @@ void time_case(const ProblemShape& shape) {
 
 }  // namespace
 
+bool variant_takes(const Variant& variant, const ProblemShape& shape, int only_hd) {
+  if (only_hd && shape.head_dim != only_hd) return false;
+  if (variant.head_dim && shape.head_dim != variant.head_dim) return false;
+  return !variant.bf16_only || shape.dtype == DType::kBFloat16;
+}
+
 int main(int argc, char** argv) {
-  bool timing = true, checking = true;
+  bool timing = true, checking = true, sweep = false;
   int only_hd = 0;
-  std::vector<Sm90Schedule> schedules = {Sm90Schedule::kPlain, Sm90Schedule::kOverlapPingPong};
+  std::string only_schedule;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
     if (!std::strcmp(argv[i], "--only-timing")) checking = false;
+    if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) {
-      const std::string which = argv[++i];
-      if (which == "plain") schedules = {Sm90Schedule::kPlain};
-      if (which == "overlap") schedules = {Sm90Schedule::kOverlapPingPong};
-    }
+    if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) only_schedule = argv[++i];
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -216,23 +251,39 @@ int main(int argc, char** argv) {
     std::printf("needs an sm90 GPU\n");
     return 1;
   }
-  int failures = 0, cases = 0;
-  for (Sm90Schedule schedule : schedules) {
-    g_schedule = schedule;
-    if (!checking) break;
-    for (const ProblemShape& shape : correctness_shapes()) {
-      if (only_hd && shape.head_dim != only_hd) continue;
-      ++cases;
-      failures += !check_case(shape);
-    }
+  std::vector<Variant> variants;
+  for (const Variant& v : table_variants()) {
+    const bool plain = v.name == "plain";
+    if (only_schedule.empty() || (only_schedule == "plain") == plain) variants.push_back(v);
   }
-  if (checking) std::printf("%d passed, %d failed\n", cases - failures, failures);
-  for (Sm90Schedule schedule : schedules) {
-    g_schedule = schedule;
-    if (!timing) break;
-    for (const ProblemShape& shape : timing_shapes()) {
-      if (only_hd && shape.head_dim != only_hd) continue;
-      time_case(shape);
+  if (sweep) {
+    for (const Variant& v : sweep_variants()) variants.push_back(v);
+  }
+  int failures = 0, cases = 0;
+  std::vector<bool> variant_ok(variants.size(), true);
+  if (checking) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      g_variant = &variants[i];
+      for (const ProblemShape& shape : correctness_shapes()) {
+        if (!variant_takes(variants[i], shape, only_hd)) continue;
+        ++cases;
+        const bool ok = check_case(shape);
+        failures += !ok;
+        if (!ok) variant_ok[i] = false;
+      }
+    }
+    std::printf("%d passed, %d failed\n", cases - failures, failures);
+  }
+  if (timing) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      g_variant = &variants[i];
+      if (!variant_ok[i]) {
+        std::printf("time [%s]: skipped, the variant failed its checks\n", variants[i].name.c_str());
+        continue;
+      }
+      for (const ProblemShape& shape : timing_shapes()) {
+        if (variant_takes(variants[i], shape, only_hd)) time_case(shape);
+      }
     }
   }
   return failures == 0 ? 0 : 1;

@@ -21,9 +21,9 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, int kHeadDim>
+template <DType kDType, class Config>
 struct Sm90ConsumerMath {
-  using Config = Sm90TileConfig<kHeadDim>;
+  static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kSAccRegs = kBlockN / 2;
   static constexpr int kOAccRegs = kHeadDim / 2;
@@ -57,14 +57,13 @@ struct Sm90ConsumerMath {
   }
 };
 
-template <DType kDType, int kHeadDim, bool kCausal>
-__device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<kHeadDim>& smem,
+template <DType kDType, class Config, bool kCausal>
+__device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              const CUtensorMap* map_o,
                                              const AttentionParams& params, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int consumer,
                                              int thread_in_warpgroup) {
-  using Config = Sm90TileConfig<kHeadDim>;
-  using Math = Sm90ConsumerMath<kDType, kHeadDim>;
+  using Math = Sm90ConsumerMath<kDType, Config>;
   const int lane = thread_in_warpgroup % 32;
   const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
   const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
@@ -104,7 +103,7 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<kHeadDim>& sme
     ring.advance();
   }
 
-  sm90_epilogue<kDType, kHeadDim>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
+  sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
                                   tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
 }
 

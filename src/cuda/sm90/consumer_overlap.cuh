@@ -48,15 +48,14 @@ struct PingPongTurns {
   }
 };
 
-template <DType kDType, int kHeadDim, bool kCausal>
-__device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<kHeadDim>& smem,
+template <DType kDType, class Config, bool kCausal>
+__device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
                                                         const CUtensorMap* map_o,
                                                         const AttentionParams& params,
                                                         const Sm90Tile& tile,
                                                         const KvTileRange& kv_tiles, int consumer,
                                                         int thread_in_warpgroup) {
-  using Config = Sm90TileConfig<kHeadDim>;
-  using Math = Sm90ConsumerMath<kDType, kHeadDim>;
+  using Math = Sm90ConsumerMath<kDType, Config>;
   const int lane = thread_in_warpgroup % 32;
   const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
   const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
@@ -129,7 +128,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<kHe
     mbarrier_arrive(smem.kv_empty(ring.stage));
   }
 
-  sm90_epilogue<kDType, kHeadDim>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
+  sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
                                   tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
 }
 

@@ -22,14 +22,13 @@ namespace flashcore::detail {
 // Named barrier ids 1 and 2: the epilogue of consumer 0 and 1 (128 threads each).
 constexpr uint32_t kEpilogueBarrierBase = 1;
 
-template <DType kDType, int kHeadDim, int kOAccRegs>
+template <DType kDType, class Config, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
                                               uint8_t* o_staging, const CUtensorMap* map_o,
                                               const AttentionParams& params, int head, int batch,
                                               int slab_row_begin, int consumer,
                                               int thread_in_warpgroup) {
-  using Config = Sm90TileConfig<kHeadDim>;
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
   const int seqlen_q = params.seqlen_q_of(batch);

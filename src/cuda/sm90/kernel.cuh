@@ -28,17 +28,16 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, int kHeadDim, bool kCausal, Sm90Schedule kSchedule>
-__global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
+template <DType kDType, class Config, bool kCausal, Sm90Schedule kSchedule>
+__global__ void __launch_bounds__(Config::kThreads, 1)
     sm90_forward_kernel(const __grid_constant__ CUtensorMap map_q,
                         const __grid_constant__ CUtensorMap map_k,
                         const __grid_constant__ CUtensorMap map_v,
                         const __grid_constant__ CUtensorMap map_o,
                         const __grid_constant__ AttentionParams params) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Config = Sm90TileConfig<kHeadDim>;
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  const Sm90SmemLayout<kHeadDim> smem(dynamic_smem);
+  const Sm90SmemLayout<Config> smem(dynamic_smem);
 
   // Warp-uniform role index, so the compiler sees one branch per warpgroup.
   const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
@@ -56,7 +55,7 @@ __global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
   }
   __syncthreads();
 
-  const Sm90Tile tile = sm90_tile_of<kHeadDim>(params, blockIdx.x);
+  const Sm90Tile tile = sm90_tile_of<Config>(params, blockIdx.x);
   const MaskPolicy<kCausal> mask(params, tile.batch);
   const KvTileRange kv_tiles =
       mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
@@ -68,16 +67,16 @@ __global__ void __launch_bounds__(Sm90TileConfig<kHeadDim>::kThreads, 1)
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
       tma_prefetch_descriptor(&map_v);
-      sm90_produce<kHeadDim>(smem, maps, params, tile, kv_tiles);
+      sm90_produce<Config>(smem, maps, params, tile, kv_tiles);
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();
     if constexpr (kSchedule == Sm90Schedule::kPlain) {
-      sm90_consume<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles,
-                                              warpgroup - 1, thread_in_warpgroup);
+      sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, warpgroup - 1,
+                                            thread_in_warpgroup);
     } else {
-      sm90_consume_overlapped<kDType, kHeadDim, kCausal>(smem, &map_o, params, tile, kv_tiles,
-                                                         warpgroup - 1, thread_in_warpgroup);
+      sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
+                                                       warpgroup - 1, thread_in_warpgroup);
     }
   }
 #endif

@@ -17,10 +17,11 @@
 
 namespace flashcore::detail {
 
-// The kernel with an explicit consumer schedule (dev/sm90/check_sm90 runs both).
-template <DType kDType, int kHeadDim, bool kCausal, Sm90Schedule kSchedule>
-void run_sm90_forward_scheduled(const AttentionParams& params) {
-  using Config = Sm90TileConfig<kHeadDim>;
+// The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
+// both schedules and sweeps tile configurations).
+template <DType kDType, class Config, bool kCausal, Sm90Schedule kSchedule>
+void run_sm90_forward_configured(const AttentionParams& params) {
+  constexpr int kHeadDim = Config::kHeadDim;
   static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
                 "the sm90 kernel takes fp16 or bf16");
   if (params.head_dim != kHeadDim) {
@@ -28,7 +29,7 @@ void run_sm90_forward_scheduled(const AttentionParams& params) {
                 " called with head_dim " + std::to_string(params.head_dim));
   }
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads_q == 0) return;
-  const int64_t num_tiles = sm90_num_tiles<kHeadDim>(params);
+  const int64_t num_tiles = sm90_num_tiles<Config>(params);
   if (num_tiles > INT_MAX) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
                 " output tiles (batch x heads_q x seqlen_q / 128) exceed the grid limit " +
@@ -56,7 +57,7 @@ void run_sm90_forward_scheduled(const AttentionParams& params) {
        params.o_row_stride, params.o_head_stride, params.o_batch_stride},
       kDType, Config::kRowsPerConsumer);
 
-  auto kernel = sm90_forward_kernel<kDType, kHeadDim, kCausal, kSchedule>;
+  auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
   kernel<<<static_cast<unsigned int>(num_tiles), Config::kThreads, Config::kSmemBytes,
@@ -66,7 +67,8 @@ void run_sm90_forward_scheduled(const AttentionParams& params) {
 
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  run_sm90_forward_scheduled<kDType, kHeadDim, kCausal, kSm90DefaultSchedule>(params);
+  run_sm90_forward_configured<kDType, Sm90TileConfig<kHeadDim>, kCausal, kSm90DefaultSchedule>(
+      params);
 }
 
 }  // namespace flashcore::detail

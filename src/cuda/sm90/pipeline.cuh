@@ -18,18 +18,18 @@ struct Sm90Tile {
 };
 
 // Number of CTAs (one per output tile) the kernel is launched with.
-template <int kHeadDim>
+template <class Config>
 FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params) {
-  const int64_t m_blocks = ceil_div(params.seqlen_q, Sm90TileConfig<kHeadDim>::kBlockM);
+  const int64_t m_blocks = ceil_div(params.seqlen_q, Config::kBlockM);
   return m_blocks * params.heads_q * params.batch;
 }
 
 // Tile `index` of the launch. The m-block is the slowest coordinate and runs backwards, so the
 // blocks with the most keys to visit under a causal mask (the last rows) start first, over all
 // heads and batches, and the short ones fill the tail of the launch.
-template <int kHeadDim>
+template <class Config>
 __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, int index) {
-  const int m_blocks = ceil_div(params.seqlen_q, Sm90TileConfig<kHeadDim>::kBlockM);
+  const int m_blocks = ceil_div(params.seqlen_q, Config::kBlockM);
   const int heads_times_batch = params.heads_q * params.batch;
   Sm90Tile tile;
   tile.m_block = m_blocks - 1 - index / heads_times_batch;

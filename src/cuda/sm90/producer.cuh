@@ -23,12 +23,11 @@ struct Sm90TensorMaps {
   const CUtensorMap* o;
 };
 
-template <int kHeadDim>
-__device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<kHeadDim>& smem,
+template <class Config>
+__device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
                                              const AttentionParams& params, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles) {
-  using Config = Sm90TileConfig<kHeadDim>;
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
 

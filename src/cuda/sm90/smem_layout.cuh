@@ -15,9 +15,8 @@
 
 namespace flashcore::detail {
 
-template <int kHeadDim>
+template <class Config>
 struct Sm90SmemLayout {
-  using Config = Sm90TileConfig<kHeadDim>;
 
   uint8_t* base;  // 1024-byte aligned
 

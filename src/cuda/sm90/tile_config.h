@@ -44,24 +44,31 @@ constexpr Sm90TileShape sm90_tile_shape(int head_dim) {
   return Sm90TileShape{0, 0, 0};
 }
 
-template <int kHeadDim>
+// A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
+// (dev/sm90/check_sm90 --sweep).
+template <int kHeadDim_, int kBlockN_ = sm90_tile_shape(kHeadDim_).block_n,
+          int kStages_ = sm90_tile_shape(kHeadDim_).stages>
 struct Sm90TileConfig {
-  static constexpr Sm90TileShape kShape = sm90_tile_shape(kHeadDim);
-  static_assert(kShape.head_dim == kHeadDim, "head_dim has no row in kSm90TileTable");
+  static_assert(kBlockN_ > 0 && kStages_ > 0, "head_dim has no row in kSm90TileTable");
 
+  static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kRowsPerConsumer = 64;  // wgmma M
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
-  static constexpr int kBlockN = kShape.block_n;
-  static constexpr int kStages = kShape.stages;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
   static constexpr int kThreadsPerWarpgroup = 128;
   static constexpr int kThreads = (1 + kConsumerWarpgroups) * kThreadsPerWarpgroup;
   static constexpr int kConsumerThreads = kConsumerWarpgroups * kThreadsPerWarpgroup;
 
-  // setmaxnreg budgets: 40 x 128 + 232 x 256 = 64512 <= 65536 registers of the SM, and at launch
-  // __launch_bounds__(384, 1) caps every thread at 168 (65536 / 384 rounded down to 8).
-  static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters = 232;
+  // setmaxnreg budgets: 40 x 128 + 232 x 256 = 24 x 128 + 240 x 256 = 64512 <= 65536 registers
+  // of the SM; at launch __launch_bounds__(384, 1) caps every thread at 168 (65536 / 384, rounded
+  // down to 8). Tiles whose O + S + P registers plus ~40 for addresses and softmax state pass 232
+  // take the 24 / 240 split (the producer loop fits 24).
+  static constexpr int kConsumerRegisterEstimate = kHeadDim / 2 + kBlockN / 2 + kBlockN / 4 + 40;
+  static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
+  static constexpr int kProducerRegisters = kWideConsumers ? 24 : 40;
+  static constexpr int kConsumerRegisters = kWideConsumers ? 240 : 232;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
