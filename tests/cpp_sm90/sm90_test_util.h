@@ -8,8 +8,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,6 +46,27 @@ inline bool has_sm90_device() {
     ASSERT_EQ(status_, cudaSuccess) << #expr << " -> " << cudaGetErrorName(status_) << ": " \
                                     << cudaGetErrorString(status_);                        \
   } while (0)
+
+// Waits for the device like cudaDeviceSynchronize, but a kernel stuck on a barrier (which would
+// hang the test binary until ctest's timeout) ends the process after kHangSeconds with a message
+// naming the test case.
+constexpr double kHangSeconds = 10.0;
+inline cudaError_t synchronize_or_exit(const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    const cudaError_t status = cudaStreamQuery(nullptr);
+    if (status != cudaErrorNotReady) return status == cudaSuccess ? cudaDeviceSynchronize() : status;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        kHangSeconds) {
+      std::printf("FATAL: %s: kernel still running after %.0f s; a barrier never completed "
+                  "(mbarrier phase / expect_tx bytes / named-barrier counts)\n",
+                  what.c_str(), kHangSeconds);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 // Values k/4 for k in [-4, 4]: exact in fp16 and bf16, and every dot product of a few hundred of
 // them is exact in fp32, so device and host results must match bit for bit.

@@ -156,7 +156,7 @@ void check_ss() {
   ASSERT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<1, kWarpgroupThreads, smem>>>(map_a, map_b, out.ptr);
   ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(synchronize_or_exit(case_name("wgmma SS", dtype_name<kDType>(), kN, kK)));
   EXPECT_TRUE(matrices_equal(case_name("wgmma SS (A,B K-major, 128B swizzle)", dtype_name<kDType>(),
                                        kN, kK),
                              expected, out.to_host(), kRowsM, kN));
@@ -184,7 +184,7 @@ void check_rs() {
   ASSERT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<1, kWarpgroupThreads, smem>>>(map_v, p_dev.ptr, out.ptr);
   ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(synchronize_or_exit(case_name("wgmma RS", dtype_name<kDType>(), kN, kK)));
   EXPECT_TRUE(matrices_equal(case_name("wgmma RS (P in registers, V MN-major transposed)",
                                        dtype_name<kDType>(), kN, kK),
                              expected, out.to_host(), kRowsM, kN));

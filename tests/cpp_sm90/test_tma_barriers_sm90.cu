@@ -99,7 +99,7 @@ TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   tma_round_trip_kernel<<<1, 128, smem>>>(map_in, map_out, loaded.ptr, kTailBox, kInsideBox);
   ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(synchronize_or_exit(::testing::UnitTest::GetInstance()->current_test_info()->name()));
 
   // Loads: phase 0 is the tail box (rows past 100 zero), phase 1 the inside box.
   const std::vector<uint16_t> got = loaded.to_host();
@@ -180,7 +180,7 @@ TEST(Sm90Barriers, NamedBarrierSetmaxnregAndMbarrierArrivals) {
   ASSERT_CUDA(cudaMemset(out.ptr, 0, out.count * sizeof(int)));
   warp_specialization_kernel<<<1, kThreads>>>(out.ptr);
   ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(synchronize_or_exit(::testing::UnitTest::GetInstance()->current_test_info()->name()));
   const std::vector<int> got = out.to_host();
   for (int c = 0; c < kConsumerThreads; ++c) {
     const int want = 3 * ((c + 128) % kConsumerThreads) + 1;
