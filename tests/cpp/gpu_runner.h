@@ -103,6 +103,9 @@ inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float 
   DeviceBuffer d_out(in.q.size()), d_lse(size_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float));
   d_out.poison();
   d_lse.poison();
+  // Uploads and memsets run on the legacy stream and may still be in flight when they return;
+  // a non-blocking `stream` would not wait for them.
+  GPU_TEST_CHECK(cudaDeviceSynchronize());
 
   AttentionArgs args;
   args.q = make_strided_tensor(dq.data() + gq.offset * eb, s.dtype, cuda,
