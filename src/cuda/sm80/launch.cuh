@@ -19,7 +19,9 @@ void run_sm80_forward(const AttentionParams& params) {
   if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
   const auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal>;
   const int smem_bytes = static_cast<int>(Shape::kSmemBytes);
-  if (Shape::kSmemBytes > Shape::kDefaultSmemLimit) {
+  // The kernel's static shared memory (two pointers) counts against the same default limit.
+  constexpr size_t kStaticSmemMargin = 1024;
+  if (Shape::kSmemBytes + kStaticSmemMargin > Shape::kDefaultSmemLimit) {
     // Per device and cheap; set on every launch rather than caching per device.
     FLASHCORE_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
