@@ -6,10 +6,11 @@
 // Build (repository root; needs only cudart, the driver entry point is looked up at run time):
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
-// Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256] [--schedule plain|overlap]
-//                      [--sweep]
-// Both schedules of the tile table by default (plain = stage 2, overlap = stage 3 intra-warpgroup
-// overlap + ping-pong); --sweep adds other tile configurations (bf16), each checked then timed.
+// Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
+//                      [--schedule plain|overlap|persistent] [--sweep]
+// All schedules of the tile table by default (plain = stage 2; overlap = stage 3 intra-warpgroup
+// overlap + ping-pong; persistent = stage 4, overlap in one CTA per SM); --sweep adds other tile
+// configurations (bf16), each checked then timed.
 // A kernel that does not finish within kWatchdogSeconds is reported (a barrier deadlock) and the
 // program exits 2.
 #include <cuda_runtime.h>
@@ -108,7 +109,10 @@ template <int kHeadDim, int kBlockN, int kStages, Sm90Schedule kSchedule>
 Variant sweep_variant() {
   char name[96];
   std::snprintf(name, sizeof(name), "%s d%d n%d s%d",
-                kSchedule == Sm90Schedule::kPlain ? "plain" : "overlap", kHeadDim, kBlockN,
+                kSchedule == Sm90Schedule::kPlain       ? "plain"
+                : kSchedule == Sm90Schedule::kPersistent ? "persistent"
+                                                         : "overlap",
+                kHeadDim, kBlockN,
                 kStages);
   return Variant{name, kHeadDim, true,
                  run_config<DType::kBFloat16, Sm90TileConfig<kHeadDim, kBlockN, kStages>,
@@ -117,7 +121,8 @@ Variant sweep_variant() {
 
 std::vector<Variant> table_variants() {
   return {Variant{"plain", 0, false, run_table<Sm90Schedule::kPlain>},
-          Variant{"overlap+pingpong", 0, false, run_table<Sm90Schedule::kOverlapPingPong>}};
+          Variant{"overlap+pingpong", 0, false, run_table<Sm90Schedule::kOverlapPingPong>},
+          Variant{"persistent", 0, false, run_table<Sm90Schedule::kPersistent>}};
 }
 
 // Tile configurations other than the table's, for one tuning run (bf16 only). Shared memory:
@@ -253,8 +258,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Variant> variants;
   for (const Variant& v : table_variants()) {
-    const bool plain = v.name == "plain";
-    if (only_schedule.empty() || (only_schedule == "plain") == plain) variants.push_back(v);
+    if (only_schedule.empty() || v.name.rfind(only_schedule, 0) == 0) variants.push_back(v);
   }
   if (sweep) {
     for (const Variant& v : sweep_variants()) variants.push_back(v);

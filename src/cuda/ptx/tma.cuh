@@ -45,6 +45,12 @@ __device__ __forceinline__ void tma_store_commit_group() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
+// Waits until every committed store has read its shared memory (the buffer may be rewritten; the
+// global writes may still be in flight).
+__device__ __forceinline__ void tma_store_wait_reads() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Waits until every committed store has finished (global writes done, shared memory free).
 __device__ __forceinline__ void tma_store_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");

@@ -104,7 +104,8 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
   }
 
   sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
-                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
+                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup,
+                                /*q_empty=*/nullptr);
 }
 
 }  // namespace flashcore::detail

@@ -14,7 +14,11 @@
 // other does its softmax. Turns alternate strictly through two named barriers of 256 threads
 // (consumer c syncs on kTurnBarrier[c] and, after issuing, arrives on the other's). Consumer 1
 // arrives once up front so consumer 0 goes first, and skips its arrival after its last turn, so
-// every barrier ends with as many arrivals as syncs. Both consumers take n + 1 turns (same n).
+// every barrier ends with as many arrivals as syncs. Both consumers take n + 1 turns (same n), so
+// the turn barriers are balanced after every tile and a persistent CTA can run tile after tile.
+//
+// `state` carries the ring position and the Q phase across tiles; `q_empty` (persistent schedule
+// only, else nullptr) is signalled once the O store has read the Q slab.
 #pragma once
 
 #include "cuda/common/mask.cuh"
@@ -54,7 +58,9 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                                                         const AttentionParams& params,
                                                         const Sm90Tile& tile,
                                                         const KvTileRange& kv_tiles, int consumer,
-                                                        int thread_in_warpgroup) {
+                                                        int thread_in_warpgroup,
+                                                        Sm90TileLoopState<Config::kStages>& state,
+                                                        uint64_t* q_empty) {
   using Math = Sm90ConsumerMath<kDType, Config>;
   const int lane = thread_in_warpgroup % 32;
   const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
@@ -74,12 +80,12 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   uint32_t p[Math::kPSteps][4];
   float correction[2];
 
-  mbarrier_wait_parity(smem.q_full(), 0);
+  mbarrier_wait_parity(smem.q_full(), state.q_phase);
   const int num_tiles = kv_tiles.count();
   if (num_tiles > 0) {
     turns.start();
     // Prologue: S of the first tile alone.
-    RingPosition<Config::kStages> ring;
+    RingPosition<Config::kStages>& ring = state.ring;
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     turns.begin();
     Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
@@ -129,7 +135,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   }
 
   sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
-                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup);
+                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup, q_empty);
+  state.q_phase ^= 1;
 }
 
 }  // namespace flashcore::detail

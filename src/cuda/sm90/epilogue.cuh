@@ -2,7 +2,8 @@
 //
 // O (64 rows x head_dim) is converted to 16 bits and written into the consumer's own Q slab in the
 // 128-byte-swizzled column-block layout (its last S = Q K^T has completed, so the slab is free),
-// then one thread stores it with TMA. The O tensor map has a per-batch seqlen dimension, so rows
+// then one thread stores it with TMA. In the persistent schedule (q_empty given) that thread then
+// waits only until the store has read the slab and tells the producer the slab is free. The O tensor map has a per-batch seqlen dimension, so rows
 // past seqlen_q are dropped by the hardware.
 #pragma once
 
@@ -28,7 +29,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               uint8_t* o_staging, const CUtensorMap* map_o,
                                               const AttentionParams& params, int head, int batch,
                                               int slab_row_begin, int consumer,
-                                              int thread_in_warpgroup) {
+                                              int thread_in_warpgroup, uint64_t* q_empty) {
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
   const int seqlen_q = params.seqlen_q_of(batch);
@@ -57,14 +58,21 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
-  if (thread_in_warpgroup == 0 && slab_row_begin < seqlen_q) {
+  if (thread_in_warpgroup == 0) {
+    if (slab_row_begin < seqlen_q) {
 #pragma unroll
-    for (int block = 0; block < Config::kColumnBlocks; ++block) {
-      tma_store_4d(map_o, o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes,
-                   block * Config::kBoxCols, slab_row_begin, head, batch);
+      for (int block = 0; block < Config::kColumnBlocks; ++block) {
+        tma_store_4d(map_o, o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes,
+                     block * Config::kBoxCols, slab_row_begin, head, batch);
+      }
+      tma_store_commit_group();
     }
-    tma_store_commit_group();
-    tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
+    if (q_empty != nullptr) {
+      tma_store_wait_reads();  // then the slab may take the next tile's Q
+      mbarrier_arrive(q_empty);
+    } else {
+      tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// The Hopper (sm90a) attention forward kernel: one CTA per (m-block of 128 query rows, head, batch).
+// The Hopper (sm90a) attention forward kernel: one CTA per (m-block of 128 query rows, head, batch),
+// or with the persistent schedule one CTA per SM striding over those tiles.
 //
 //   warpgroup 0 (producer, 40 regs)        warpgroups 1, 2 (consumers, 232 regs, 64 rows each)
 //   ---------------------------------      -------------------------------------------------
@@ -43,8 +44,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
   const int thread_in_warpgroup = threadIdx.x % Config::kThreadsPerWarpgroup;
 
+  constexpr bool kPersistent = kSchedule == Sm90Schedule::kPersistent;
   if (threadIdx.x == 0) {
     mbarrier_init(smem.q_full(), 1);
+    mbarrier_init(smem.q_empty(), Config::kConsumerWarpgroups);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), 1);
@@ -55,11 +58,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
   __syncthreads();
 
-  const Sm90Tile tile = sm90_tile_of<Config>(params, blockIdx.x);
-  const MaskPolicy<kCausal> mask(params, tile.batch);
-  const KvTileRange kv_tiles =
-      mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
-
+  // One tile per CTA, or (persistent) tiles blockIdx.x, blockIdx.x + gridDim.x, ...: both roles
+  // walk the same sequence, so their ring positions and Q phases stay in step.
+  const int64_t num_tiles = sm90_num_tiles<Config>(params);
+  Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
     if (thread_in_warpgroup == 0) {
@@ -67,17 +69,32 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
       tma_prefetch_descriptor(&map_v);
-      sm90_produce<Config>(smem, maps, params, tile, kv_tiles);
+      for (int64_t index = blockIdx.x; index < num_tiles; index += gridDim.x) {
+        const Sm90Tile tile = sm90_tile_of<Config>(params, static_cast<int>(index));
+        const MaskPolicy<kCausal> mask(params, tile.batch);
+        const KvTileRange kv_tiles =
+            mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
+        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, state);
+      }
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();
-    if constexpr (kSchedule == Sm90Schedule::kPlain) {
-      sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, warpgroup - 1,
-                                            thread_in_warpgroup);
-    } else {
-      sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
-                                                       warpgroup - 1, thread_in_warpgroup);
+    const int consumer = warpgroup - 1;
+    for (int64_t index = blockIdx.x; index < num_tiles; index += gridDim.x) {
+      const Sm90Tile tile = sm90_tile_of<Config>(params, static_cast<int>(index));
+      const MaskPolicy<kCausal> mask(params, tile.batch);
+      const KvTileRange kv_tiles =
+          mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
+      if constexpr (kSchedule == Sm90Schedule::kPlain) {
+        sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
+                                              thread_in_warpgroup);
+      } else {
+        sm90_consume_overlapped<kDType, Config, kCausal>(
+            smem, &map_o, params, tile, kv_tiles, consumer, thread_in_warpgroup, state,
+            kPersistent ? smem.q_empty() : nullptr);
+      }
     }
+    if (kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // the last O store
   }
 #endif
 }

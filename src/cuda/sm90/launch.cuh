@@ -60,8 +60,19 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
-  kernel<<<static_cast<unsigned int>(num_tiles), Config::kThreads, Config::kSmemBytes,
-           params.stream>>>(map_q, map_k, map_v, map_o, params);
+  int64_t grid = num_tiles;
+  if constexpr (kSchedule == Sm90Schedule::kPersistent) {
+    int num_sms = params.num_sms;
+    if (num_sms <= 0) {
+      int device = 0;
+      FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
+      FLASHCORE_CUDA_CHECK(
+          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    }
+    grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
+  }
+  kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
+      map_q, map_k, map_v, map_o, params);
   FLASHCORE_CHECK_LAUNCH();
 }
 

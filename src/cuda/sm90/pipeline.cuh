@@ -54,4 +54,13 @@ struct RingPosition {
   }
 };
 
+// What carries from one tile to the next when a CTA computes several (persistent schedule): the
+// ring position, and the parity of the Q barriers' current phase (q_full / q_empty complete once
+// per tile). A non-persistent CTA uses a fresh one for its single tile.
+template <int kStages>
+struct Sm90TileLoopState {
+  RingPosition<kStages> ring;
+  uint32_t q_phase = 0;
+};
+
 }  // namespace flashcore::detail

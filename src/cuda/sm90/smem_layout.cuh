@@ -50,6 +50,11 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint64_t* kv_empty(int stage) const {
     return barriers() + 1 + 2 * Config::kStages + stage;
   }
+  // Persistent schedule: both consumers are done with their Q slabs, including the TMA store of O
+  // staged there (one arrival per consumer warpgroup), so the next tile's Q may be loaded.
+  __device__ __forceinline__ uint64_t* q_empty() const {
+    return barriers() + 1 + 3 * Config::kStages;
+  }
 };
 
 }  // namespace flashcore::detail

@@ -16,9 +16,11 @@ namespace flashcore::detail {
 enum class Sm90Schedule : int {
   kPlain = 0,            // stage 2: QK^T, softmax, PV in turn; kept as the safe reference
   kOverlapPingPong = 1,  // stage 3: QK^T of tile t+1 beside PV of tile t, warpgroups take turns
+  kPersistent = 2,       // stage 4: kOverlapPingPong in persistent CTAs (one per SM) striding
+                         // over the tiles, the next tile's loads overlapping this one's epilogue
 };
 
-// The schedule run_sm90_forward uses; override at build time with -DFLASHCORE_SM90_SCHEDULE=0|1.
+// The schedule run_sm90_forward uses; override at build time with -DFLASHCORE_SM90_SCHEDULE=0|1|2.
 #ifndef FLASHCORE_SM90_SCHEDULE
 #define FLASHCORE_SM90_SCHEDULE 0
 #endif
@@ -80,7 +82,7 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  static constexpr int kBarrierBytes = 8 * (1 + 3 * kStages);  // q_full, k/v full, kv empty
+  static constexpr int kBarrierBytes = 8 * (2 + 3 * kStages);  // q full/empty, k/v full, kv empty
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kSmemBytes =
       kQBytes + 2 * kStages * kKVTileBytes + kBarrierBytes + kAlignmentSlack;
