@@ -132,10 +132,11 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     wgmma_wait_group<0>();
     fence_accumulators(o);
     mbarrier_arrive(smem.kv_empty(ring.stage));
+    ring.advance();  // in step with the producer, which advanced after its last load
   }
 
   sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
-                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup, q_empty);
+                                tile.batch, slab_row_begin, consumer, thread_in_warpgroup, q_empty);
   state.q_phase ^= 1;
 }
 
