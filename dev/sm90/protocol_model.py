@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""A model of the Hopper kernel's synchronization protocol, run under random interleavings.
+
+It mirrors src/cuda/sm90/{producer,consumer,consumer_overlap,epilogue,kernel}.cuh step by step:
+mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the two
+256-thread ping-pong named barriers, wgmma reads of shared memory from issue to wait, and the TMA
+store reading the Q slab. It checks, for the plain, overlap and persistent schedules:
+  * no deadlock (some role can always move until all finish),
+  * every read sees the tile and KV step it expects (stage ring and Q phases in step),
+  * the producer never overwrites a buffer that a wgmma or a store is still reading,
+  * every named-barrier generation pairs the owner's sync with the other consumer's arrival.
+Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
+"""
+
+import random
+import sys
+
+
+class ModelError(Exception):
+    pass
+
+
+class MBarrier:
+    def __init__(self, name, count):
+        self.name, self.count = name, count
+        self.pending, self.tx, self.completed = count, 0, 0
+
+    def _maybe_complete(self):
+        if self.pending == 0 and self.tx == 0:
+            self.completed += 1
+            self.pending = self.count
+
+    def arrive(self, weight=1):
+        if self.pending < weight:
+            raise ModelError(f"{self.name}: {weight} arrivals but only {self.pending} pending")
+        self.pending -= weight
+        self._maybe_complete()
+
+    def arrive_expect_tx(self, nbytes):
+        self.tx += nbytes
+        self.arrive()
+
+    def complete_tx(self, nbytes):
+        self.tx -= nbytes
+        if self.tx < 0:
+            raise ModelError(f"{self.name}: more bytes completed than expected")
+        self._maybe_complete()
+
+    def passed(self, parity):
+        # try_wait.parity(p) succeeds once the phase with parity p has completed, i.e. when the
+        # phase in progress (index `completed`) has the other parity.
+        return (self.completed & 1) != parity
+
+
+class NamedBarrier:
+    THRESHOLD = 256
+
+    def __init__(self, name, owner):
+        self.name, self.owner = name, owner
+        self.arrived, self.generation, self.syncers = 0, 0, []
+
+    def _add(self, who, weight, is_sync):
+        self.arrived += weight
+        if is_sync:
+            self.syncers.append(who)
+        if self.arrived == self.THRESHOLD:
+            if self.syncers != [self.owner]:
+                raise ModelError(f"{self.name}: generation completed with syncers {self.syncers}")
+            self.arrived, self.syncers = 0, []
+            self.generation += 1
+        elif self.arrived > self.THRESHOLD:
+            raise ModelError(f"{self.name}: over-arrival")
+
+    def arrive(self, who):
+        self._add(who, 128, False)
+
+    def sync(self, who):
+        generation = self.generation
+        self._add(who, 128, True)
+        return generation
+
+
+class Smem:
+    """Buffers with their content and the set of readers still using them."""
+
+    def __init__(self, stages):
+        self.content, self.readers = {}, {}
+        for name in ["q0", "q1"] + [f"k{s}" for s in range(stages)] + [f"v{s}" for s in range(stages)]:
+            self.content[name] = None
+            self.readers[name] = set()
+
+    def write(self, name, value, who):
+        if self.readers[name]:
+            raise ModelError(f"{who} overwrites {name} while {self.readers[name]} read it")
+        self.content[name] = value
+
+    def start_read(self, name, expected, who):
+        if self.content[name] != expected:
+            raise ModelError(f"{who} reads {name} = {self.content[name]}, expected {expected}")
+        self.readers[name].add(who)
+
+    def end_read(self, name, who):
+        self.readers[name].discard(who)
+
+
+class Ring:
+    def __init__(self, stages):
+        self.stages, self.stage, self.phase = stages, 0, 0
+
+    def advance(self):
+        self.stage += 1
+        if self.stage == self.stages:
+            self.stage, self.phase = 0, self.phase ^ 1
+
+    def copy(self):
+        r = Ring(self.stages)
+        r.stage, r.phase = self.stage, self.phase
+        return r
+
+
+KV_BYTES, Q_BYTES = 100, 50
+
+
+class Cta:
+    def __init__(self, tiles, stages, schedule, rng):
+        self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
+        self.persistent = schedule == "persistent"
+        self.smem = Smem(stages)
+        self.q_full = MBarrier("q_full", 1)
+        self.q_empty = MBarrier("q_empty", 2)
+        self.k_full = [MBarrier(f"k_full{s}", 1) for s in range(stages)]
+        self.v_full = [MBarrier(f"v_full{s}", 1) for s in range(stages)]
+        self.kv_empty = [MBarrier(f"kv_empty{s}", 256) for s in range(stages)]
+        self.turn = [NamedBarrier("turn0", "c0"), NamedBarrier("turn1", "c1")]
+        self.async_events = []  # pending TMA completions: callables
+
+    # --- producer (producer.cuh) ---
+    def load_kv(self, tile_id, step, ring):
+        s = ring.stage
+        yield lambda: self.kv_empty[s].passed(ring.phase ^ 1)
+        for kind, full in (("k", self.k_full[s]), ("v", self.v_full[s])):
+            full.arrive_expect_tx(KV_BYTES)
+            buf = f"{kind}{s}"
+
+            def land(buf=buf, full=full, value=(tile_id, step)):
+                self.smem.write(buf, value, "producer TMA")
+                full.complete_tx(KV_BYTES)
+
+            self.async_events.append(land)
+        ring.advance()
+
+    def producer(self):
+        ring, q_phase = Ring(self.stages), 0
+        for tile_id, count in self.tiles:
+            step = 0
+            if self.persistent:
+                if count > 0:
+                    yield from self.load_kv(tile_id, step, ring)
+                    step += 1
+                yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
+            self.q_full.arrive_expect_tx(Q_BYTES)
+
+            def land_q(tile_id=tile_id):
+                self.smem.write("q0", tile_id, "producer TMA")
+                self.smem.write("q1", tile_id, "producer TMA")
+                self.q_full.complete_tx(Q_BYTES)
+
+            self.async_events.append(land_q)
+            while step < count:
+                yield from self.load_kv(tile_id, step, ring)
+                step += 1
+            q_phase ^= 1
+
+    # --- consumers ---
+    def wgmma_wait(self, who, reads):
+        for name in reads:
+            self.smem.end_read(name, who)
+        yield lambda: True
+
+    def epilogue(self, c, tile_id):
+        who = f"c{c}"
+        q = f"q{c}"
+        # O is written into the slab with ordinary stores: the slab must still be this tile's.
+        if self.smem.content[q] != tile_id:
+            raise ModelError(f"{who} stages O into {q} holding {self.smem.content[q]}")
+        self.smem.write(q, ("O", tile_id), who)
+        self.smem.start_read(q, ("O", tile_id), who + " store")
+        yield lambda: True
+        self.smem.end_read(q, who + " store")
+        if self.persistent:
+            self.q_empty.arrive()
+
+    def consumer_plain(self, c):
+        who, ring = f"c{c}", Ring(self.stages)
+        for tile_id, count in self.tiles:
+            yield lambda: self.q_full.passed(0)
+            for step in range(count):
+                s = ring.stage
+                yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+                self.smem.start_read(f"q{c}", tile_id, who)
+                self.smem.start_read(f"k{s}", (tile_id, step), who)
+                yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+                yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+                self.smem.start_read(f"v{s}", (tile_id, step), who)
+                yield from self.wgmma_wait(who, [f"v{s}"])
+                self.kv_empty[s].arrive(128)
+                ring.advance()
+            yield from self.epilogue(c, tile_id)
+
+    def turn_begin(self, c):
+        generation = self.turn[c].sync(f"c{c}")
+        yield lambda g=generation: self.turn[c].generation > g
+
+    def turn_end(self, c, last):
+        if c == 1 and last:
+            return
+        self.turn[1 - c].arrive(f"c{c}")
+
+    def consumer_overlap(self, c):
+        who, ring, q_phase = f"c{c}", Ring(self.stages), 0
+        for tile_id, count in self.tiles:
+            yield lambda qp=q_phase: self.q_full.passed(qp)
+            if count > 0:
+                if c == 1:
+                    self.turn[0].arrive(who)
+                s = ring.stage
+                yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+                yield from self.turn_begin(c)
+                self.smem.start_read(f"q{c}", tile_id, who)
+                self.smem.start_read(f"k{s}", (tile_id, 0), who)
+                self.turn_end(c, False)
+                yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+                for step in range(1, count):
+                    prev = ring.copy()
+                    ring.advance()
+                    s, ps = ring.stage, prev.stage
+                    yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+                    yield lambda ps=ps, ph=prev.phase: self.v_full[ps].passed(ph)
+                    yield from self.turn_begin(c)
+                    self.smem.start_read(f"q{c}", tile_id, who)
+                    self.smem.start_read(f"k{s}", (tile_id, step), who)
+                    self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
+                    self.turn_end(c, False)
+                    yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
+                    yield from self.wgmma_wait(who, [f"v{ps}"])  # wait_group<0>
+                    self.kv_empty[ps].arrive(128)
+                s = ring.stage
+                yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+                yield from self.turn_begin(c)
+                self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
+                self.turn_end(c, True)
+                yield from self.wgmma_wait(who, [f"v{s}"])
+                self.kv_empty[s].arrive(128)
+                ring.advance()
+            yield from self.epilogue(c, tile_id)
+            q_phase ^= 1
+
+    def run(self):
+        consumer = self.consumer_plain if self.schedule == "plain" else self.consumer_overlap
+        roles = {"producer": self.producer(), "c0": consumer(0), "c1": consumer(1)}
+        waiting = {name: (lambda: True) for name in roles}
+        while roles or self.async_events:
+            ready = [n for n in roles if waiting[n]()]
+            choices = [("role", n) for n in ready] + [("tma", i) for i in range(len(self.async_events))]
+            if not choices:
+                state = {n: "blocked" for n in roles}
+                raise ModelError(f"deadlock: {state}")
+            kind, what = self.rng.choice(choices)
+            if kind == "tma":
+                self.async_events.pop(what)()
+                continue
+            try:
+                waiting[what] = next(roles[what])
+            except StopIteration:
+                del roles[what]
+                del waiting[what]
+
+
+def random_tiles(rng, persistent):
+    n = rng.randint(1, 4) if persistent else 1
+    return [(t, rng.choice([0, 0, 1, 2, 3, 5])) for t in range(n)]
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+    rng = random.Random(7)
+    for schedule in ("plain", "overlap", "persistent"):
+        for i in range(runs):
+            stages = rng.choice([2, 3])
+            tiles = random_tiles(rng, schedule == "persistent")
+            try:
+                Cta(tiles, stages, schedule, random.Random(i)).run()
+            except ModelError as e:
+                print(f"FAIL {schedule} stages={stages} tiles={tiles} seed={i}: {e}")
+                return 1
+        print(f"ok {schedule}: {runs} random interleavings")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
