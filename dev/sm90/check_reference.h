@@ -1,6 +1,6 @@
 // Host side of dev/sm90/check_sm90.cu: problem shapes, random inputs in BSHD or BHSD layout, and a
 // float64 reference with the BENCHMARKS.md accuracy rule (baseline = the same math in the low
-// precision, P rounded to the dtype).
+// precision: fp32 scores, fp32 softmax, P rounded to the dtype, output rounded to the dtype).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -122,16 +122,24 @@ inline CheckResult compare_with_reference(const HostProblem& h, const std::vecto
     const int b = item / p.heads_q, hq = item % p.heads_q, hk = p.kv_head_of(hq);
     Worst& w = worst[item];
     std::vector<double> s(p.seqlen_k), ref(d), base(d);
+    std::vector<float> s_low(p.seqlen_k);  // baseline scores: fp32 dot products, as a GPU computes
     for (int i = 0; i < p.seqlen_q; ++i) {
       double mx = -INFINITY;
+      float mx_low = -INFINITY;
       for (int j = 0; j < p.seqlen_k; ++j) {
         const bool visible = !p.causal || j <= i + p.causal_offset(b);
         double acc = 0;
-        for (int c = 0; c < d; ++c)
-          acc += double(from_bits(h.q[p.q_offset(b, i, hq) + c], dt)) *
-                 from_bits(h.k[p.k_offset(b, j, hk) + c], dt);
+        float acc_low = 0;
+        for (int c = 0; c < d; ++c) {
+          const float qv = from_bits(h.q[p.q_offset(b, i, hq) + c], dt);
+          const float kv = from_bits(h.k[p.k_offset(b, j, hk) + c], dt);
+          acc += double(qv) * kv;
+          acc_low += qv * kv;
+        }
         s[j] = visible ? acc * p.softmax_scale : -INFINITY;
+        s_low[j] = visible ? acc_low * p.softmax_scale : -INFINITY;
         mx = std::max(mx, s[j]);
+        mx_low = std::max(mx_low, s_low[j]);
       }
       double ref_lse = -INFINITY, base_lse = -INFINITY;
       std::fill(ref.begin(), ref.end(), 0.0);
@@ -142,7 +150,7 @@ inline CheckResult compare_with_reference(const HostProblem& h, const std::vecto
         for (int j = 0; j < p.seqlen_k; ++j) {
           if (s[j] == -INFINITY) continue;
           const double e = std::exp(s[j] - mx);
-          const float e_low = std::exp(float(s[j] - mx));
+          const float e_low = std::exp(s_low[j] - mx_low);
           sum += e;
           base_sum += e_low;
           const float e_rounded = round_to(e_low, dt);
@@ -157,7 +165,7 @@ inline CheckResult compare_with_reference(const HostProblem& h, const std::vecto
           base[c] = round_to(float(base[c] / base_sum), dt);
         }
         ref_lse = mx + std::log(sum);
-        base_lse = float(mx) + std::log(base_sum);
+        base_lse = mx_low + std::log(base_sum);
       }
       for (int c = 0; c < d; ++c) {
         const float got = from_bits(out[p.o_offset(b, i, hq) + c], dt);
