@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   // kernel that sits at the 255-register limit (the compiler hoists them, and spills). Thread 0
   // parks them in shared memory; the first barrier of the loop publishes them, and each tile load
   // reads them back with one LDS. The prologue's K load uses the values it computed itself.
-  __shared__ const Element* kv_head_base[2];
+  // (`static` is implied for __shared__; spelled out so the host emulator in dev/sm80 shares it.)
+  static __shared__ const Element* kv_head_base[2];
   const int kv_head = params.kv_head_of(head);
   const Element* k_head = static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
   if (tid == 0) {

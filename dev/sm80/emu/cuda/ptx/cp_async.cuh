@@ -1,0 +1,16 @@
+// Host emulation stand-in: cp.async as a synchronous 16-byte copy (zero fill when invalid).
+#pragma once
+#include <cstdint>
+#include <cstring>
+namespace flashcore::detail {
+inline void cp_async_16_zfill(uint32_t smem_address, const void* gmem, bool valid) {
+  if (valid) {
+    std::memcpy(smem + smem_address, gmem, 16);
+  } else {
+    std::memset(smem + smem_address, 0, 16);
+  }
+}
+inline void cp_async_commit() {}
+template <int kPending>
+inline void cp_async_wait_group() {}
+}  // namespace flashcore::detail
