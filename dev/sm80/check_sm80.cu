@@ -20,13 +20,13 @@
 using flashcore::DType;
 using flashcore::detail::AttentionParams;
 
-#define CHECK_CUDA(expr)                                                                  \
-  do {                                                                                    \
-    cudaError_t e_ = (expr);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
+#define CHECK_CUDA(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                               \
       std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(2);                                                                       \
-    }                                                                                     \
+      std::exit(2);                                                                        \
+    }                                                                                      \
   } while (0)
 
 enum class Layout { kBSHD, kBHSD, kPackedQKV };
@@ -55,8 +55,8 @@ static void launch(const AttentionParams& params) {
 }
 
 static void dispatch(const AttentionParams& p, int head_dim, bool causal) {
-#define FC_CASE(DT, HD)                                           \
-  if (p.dtype == DT && head_dim == HD) {                          \
+#define FC_CASE(DT, HD)                                                 \
+  if (p.dtype == DT && head_dim == HD) {                                \
     return causal ? launch<DT, HD, true>(p) : launch<DT, HD, false>(p); \
   }
   FC_CASE(DType::kFloat16, 64)
@@ -85,18 +85,24 @@ struct Problem {
 static void set_strides(const Case& c, AttentionParams& p) {
   const int64_t d = c.head_dim;
   if (c.layout == Layout::kBSHD) {
-    p.q_row_stride = c.heads_q * d, p.q_head_stride = d, p.q_batch_stride = c.seqlen_q * c.heads_q * d;
-    p.k_row_stride = c.heads_kv * d, p.k_head_stride = d, p.k_batch_stride = c.seqlen_k * c.heads_kv * d;
+    p.q_row_stride = c.heads_q * d, p.q_head_stride = d,
+    p.q_batch_stride = c.seqlen_q * c.heads_q * d;
+    p.k_row_stride = c.heads_kv * d, p.k_head_stride = d,
+    p.k_batch_stride = c.seqlen_k * c.heads_kv * d;
   } else if (c.layout == Layout::kBHSD) {
-    p.q_row_stride = d, p.q_head_stride = c.seqlen_q * d, p.q_batch_stride = c.seqlen_q * c.heads_q * d;
-    p.k_row_stride = d, p.k_head_stride = c.seqlen_k * d, p.k_batch_stride = c.seqlen_k * c.heads_kv * d;
+    p.q_row_stride = d, p.q_head_stride = c.seqlen_q * d,
+    p.q_batch_stride = c.seqlen_q * c.heads_q * d;
+    p.k_row_stride = d, p.k_head_stride = c.seqlen_k * d,
+    p.k_batch_stride = c.seqlen_k * c.heads_kv * d;
   } else {  // [b, s, 3, h, d]; needs seqlen_q == seqlen_k and heads_q == heads_kv
     p.q_row_stride = 3 * c.heads_q * d, p.q_head_stride = d;
     p.q_batch_stride = c.seqlen_q * 3 * c.heads_q * d;
     p.k_row_stride = p.q_row_stride, p.k_head_stride = d, p.k_batch_stride = p.q_batch_stride;
   }
-  p.v_row_stride = p.k_row_stride, p.v_head_stride = p.k_head_stride, p.v_batch_stride = p.k_batch_stride;
-  p.o_row_stride = c.heads_q * d, p.o_head_stride = d, p.o_batch_stride = c.seqlen_q * c.heads_q * d;
+  p.v_row_stride = p.k_row_stride, p.v_head_stride = p.k_head_stride,
+  p.v_batch_stride = p.k_batch_stride;
+  p.o_row_stride = c.heads_q * d, p.o_head_stride = d,
+  p.o_batch_stride = c.seqlen_q * c.heads_q * d;
   p.lse_head_stride = c.seqlen_q, p.lse_batch_stride = int64_t(c.heads_q) * c.seqlen_q;
 }
 
@@ -170,7 +176,8 @@ static bool check(const Problem& pr) {
         // Every row of the first and last query blocks (tails, diagonal), a sample in between.
         constexpr int kEdgeRows = 130;
         if (i >= kEdgeRows && i < c.seqlen_q - kEdgeRows && i % row_step != 0) continue;
-        const int limit = c.causal ? std::min(c.seqlen_k, i + c.seqlen_k - c.seqlen_q + 1) : c.seqlen_k;
+        const int limit =
+            c.causal ? std::min(c.seqlen_k, i + c.seqlen_k - c.seqlen_q + 1) : c.seqlen_k;
         double mx = -INFINITY;
         for (int j = 0; j < limit; ++j) {
           double dot = 0.0;
@@ -186,7 +193,8 @@ static bool check(const Problem& pr) {
         for (int j = 0; j < limit; ++j) {
           const double w = std::exp(scores[j] - mx);
           sum += w;
-          for (int d = 0; d < c.head_dim; ++d) acc[d] += w * to_float(pr.v[p.v_offset(b, j, hk) + d], c.dtype);
+          for (int d = 0; d < c.head_dim; ++d)
+            acc[d] += w * to_float(pr.v[p.v_offset(b, j, hk) + d], c.dtype);
         }
         for (int d = 0; d < c.head_dim; ++d) {
           const double ref = limit > 0 ? acc[d] / sum : 0.0;
@@ -208,11 +216,14 @@ static bool check(const Problem& pr) {
   // Loose bounds for O(1) outputs: a few ulp of the dtype (the test suite applies the real rule).
   const double tol = c.dtype == DType::kFloat16 ? 4e-3 : 3e-2;
   const bool ok = finite && max_err <= tol && max_lse_err <= 1e-3 * c.input_std * c.input_std;
-  std::printf("%s %s d%-3d %-6s b%d sq%-5d sk%-5d hq%d hkv%d %s std%.0f: max|err| %.2e lse %.2e %s\n",
-              ok ? "PASS" : "FAIL", c.dtype == DType::kFloat16 ? "fp16" : "bf16", c.head_dim,
-              c.causal ? "causal" : "full", c.batch, c.seqlen_q, c.seqlen_k, c.heads_q, c.heads_kv,
-              c.layout == Layout::kBSHD ? "bshd" : c.layout == Layout::kBHSD ? "bhsd" : "qkv",
-              c.input_std, max_err, max_lse_err, finite ? "" : "(non-finite or wrong -inf)");
+  std::printf(
+      "%s %s d%-3d %-6s b%d sq%-5d sk%-5d hq%d hkv%d %s std%.0f: max|err| %.2e lse %.2e %s\n",
+      ok ? "PASS" : "FAIL", c.dtype == DType::kFloat16 ? "fp16" : "bf16", c.head_dim,
+      c.causal ? "causal" : "full", c.batch, c.seqlen_q, c.seqlen_k, c.heads_q, c.heads_kv,
+      c.layout == Layout::kBSHD   ? "bshd"
+      : c.layout == Layout::kBHSD ? "bhsd"
+                                  : "qkv",
+      c.input_std, max_err, max_lse_err, finite ? "" : "(non-finite or wrong -inf)");
   return ok;
 }
 
@@ -235,8 +246,9 @@ static void time_case(const Case& c) {
   const double flops = 4.0 * c.batch * c.heads_q * double(c.seqlen_q) * c.seqlen_k * c.head_dim *
                        (c.causal ? 0.5 : 1.0);
   std::printf("TIME %s d%d %-6s b%d h%d s%d: %.3f ms  %.1f TFLOPS\n",
-              c.dtype == DType::kFloat16 ? "fp16" : "bf16", c.head_dim, c.causal ? "causal" : "full",
-              c.batch, c.heads_q, c.seqlen_q, ms[kRuns / 2], flops / (ms[kRuns / 2] * 1e-3) / 1e12);
+              c.dtype == DType::kFloat16 ? "fp16" : "bf16", c.head_dim,
+              c.causal ? "causal" : "full", c.batch, c.heads_q, c.seqlen_q, ms[kRuns / 2],
+              flops / (ms[kRuns / 2] * 1e-3) / 1e12);
   free_problem(pr);
 }
 
@@ -244,15 +256,15 @@ int main() {
   const DType f16 = DType::kFloat16, b16 = DType::kBFloat16;
   std::vector<Case> cases = {
       {f16, 128, false, 2, 17, 65, 8, 2},
-      {f16, 128, true, 2, 65, 127, 8, 2},    // causal, seqlen_q < seqlen_k
-      {f16, 128, true, 2, 127, 65, 8, 8},    // causal, rows without visible keys
+      {f16, 128, true, 2, 65, 127, 8, 2},  // causal, seqlen_q < seqlen_k
+      {f16, 128, true, 2, 127, 65, 8, 8},  // causal, rows without visible keys
       {b16, 64, false, 1, 1000, 1000, 4, 1},
       {b16, 64, true, 1, 1000, 4097, 4, 4},
       {f16, 64, true, 1, 4097, 1000, 2, 1},
       {f16, 96, false, 2, 63, 64, 4, 4},
       {b16, 96, true, 1, 129, 129, 8, 4},
-      {f16, 256, false, 1, 65, 1, 2, 2},     // seqlen_k = 1
-      {b16, 256, true, 2, 1, 127, 4, 1},     // seqlen_q = 1
+      {f16, 256, false, 1, 65, 1, 2, 2},  // seqlen_k = 1
+      {b16, 256, true, 2, 1, 127, 4, 1},  // seqlen_q = 1
       {f16, 128, false, 2, 300, 300, 4, 4, Layout::kBHSD},
       {b16, 128, true, 1, 257, 257, 4, 4, Layout::kPackedQKV},
       {f16, 64, false, 1, 511, 511, 2, 2, Layout::kBSHD, 30.0f},  // large magnitudes
@@ -270,7 +282,8 @@ int main() {
   // The standard grid at 4k: batch = 16384 / seqlen, heads = 2048 / head_dim.
   for (DType dt : {b16, f16}) {
     for (int hd : {64, 128, 256}) {
-      for (bool causal : {false, true}) time_case({dt, hd, causal, 4, 4096, 4096, 2048 / hd, 2048 / hd});
+      for (bool causal : {false, true})
+        time_case({dt, hd, causal, 4, 4096, 4096, 2048 / hd, 2048 / hd});
     }
   }
   time_case({b16, 128, false, 1, 16384, 16384, 16, 16});

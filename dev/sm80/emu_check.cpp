@@ -51,9 +51,9 @@ void run_emulated(const AttentionParams& params) {
 }
 
 static void dispatch(const AttentionParams& p, int d, bool causal) {
-#define FC_CASE(DT, HD)                                                                     \
-  if (p.dtype == DT && d == HD) {                                                           \
-    return causal ? run_emulated<DT, HD, true>(p) : run_emulated<DT, HD, false>(p);         \
+#define FC_CASE(DT, HD)                                                             \
+  if (p.dtype == DT && d == HD) {                                                   \
+    return causal ? run_emulated<DT, HD, true>(p) : run_emulated<DT, HD, false>(p); \
   }
   FC_CASE(DType::kFloat16, 64)
   FC_CASE(DType::kFloat16, 96)
@@ -84,11 +84,13 @@ static bool run_case(const Case& c, uint64_t seed) {
   }
   p.q_batch_stride = int64_t(c.seqlen_q) * c.heads_q * d;
   p.k_batch_stride = int64_t(c.seqlen_k) * c.heads_kv * d;
-  p.v_row_stride = p.k_row_stride, p.v_head_stride = p.k_head_stride, p.v_batch_stride = p.k_batch_stride;
+  p.v_row_stride = p.k_row_stride, p.v_head_stride = p.k_head_stride,
+  p.v_batch_stride = p.k_batch_stride;
   p.o_row_stride = c.heads_q * d, p.o_head_stride = d, p.o_batch_stride = p.q_batch_stride;
   p.lse_head_stride = c.seqlen_q, p.lse_batch_stride = int64_t(c.heads_q) * c.seqlen_q;
-  std::vector<uint16_t> q(size_t(p.q_batch_stride) * c.batch), k(size_t(p.k_batch_stride) * c.batch),
-      v(k.size()), o(q.size(), 0x7fff);  // o poisoned with NaN
+  std::vector<uint16_t> q(size_t(p.q_batch_stride) * c.batch),
+      k(size_t(p.k_batch_stride) * c.batch), v(k.size()),
+      o(q.size(), 0x7fff);  // o poisoned with NaN
   std::vector<float> lse(size_t(c.batch) * c.heads_q * c.seqlen_q, NAN);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -105,11 +107,13 @@ static bool run_case(const Case& c, uint64_t seed) {
     for (int h = 0; h < c.heads_q; ++h) {
       const int hk = p.kv_head_of(h);
       for (int i = 0; i < c.seqlen_q; ++i) {
-        const int limit = c.causal ? std::min(c.seqlen_k, i + c.seqlen_k - c.seqlen_q + 1) : c.seqlen_k;
+        const int limit =
+            c.causal ? std::min(c.seqlen_k, i + c.seqlen_k - c.seqlen_q + 1) : c.seqlen_k;
         double mx = -INFINITY, sum = 0;
         for (int j = 0; j < limit; ++j) {
           double dot = 0;
-          for (int e = 0; e < d; ++e) dot += double(widen(q[p.q_offset(b, i, h) + e])) * widen(k[p.k_offset(b, j, hk) + e]);
+          for (int e = 0; e < d; ++e)
+            dot += double(widen(q[p.q_offset(b, i, h) + e])) * widen(k[p.k_offset(b, j, hk) + e]);
           s[j] = dot * p.softmax_scale;
           mx = std::max(mx, s[j]);
         }
@@ -123,7 +127,9 @@ static bool run_case(const Case& c, uint64_t seed) {
           const double got = widen(o[p.o_offset(b, i, h) + e]);
           const double ref = limit > 0 ? acc[e] / sum : 0.0;
           if (!std::isfinite(got)) {
-            if (finite) std::printf("  first non-finite out: b%d h%d row %d col %d = %f (ref %f)\n", b, h, i, e, got, ref);
+            if (finite)
+              std::printf("  first non-finite out: b%d h%d row %d col %d = %f (ref %f)\n", b, h, i,
+                          e, got, ref);
             finite = false;
           }
           max_err = std::max(max_err, std::abs(got - ref));
@@ -171,8 +177,8 @@ int main(int argc, char** argv) {
       {f16, 64, true, 1, 150, 150, 2, 1},
       {f16, 96, false, 1, 63, 64, 1, 1},
       {f16, 96, true, 1, 70, 90, 2, 1},
-      {f16, 256, false, 1, 20, 1, 1, 1},    // seqlen_k = 1
-      {f16, 256, true, 1, 1, 70, 2, 1},     // seqlen_q = 1
+      {f16, 256, false, 1, 20, 1, 1, 1},  // seqlen_k = 1
+      {f16, 256, true, 1, 1, 70, 2, 1},   // seqlen_q = 1
       {b16, 128, false, 1, 40, 70, 2, 2, true},
       {f16, 128, true, 1, 200, 260, 4, 1},  // GQA 4:1, several tiles, diagonal inside tiles
       {b16, 64, true, 2, 300, 170, 2, 2},   // q > k over several m-blocks

@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
 
   // Causal: the last query blocks see the most keys; launch them first so the long CTAs start
   // early and the short ones fill the tail of the wave.
-  const int m_block = kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
-                              : static_cast<int>(blockIdx.x);
+  const int m_block =
+      kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int tid = threadIdx.x;
@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   // (`static` is implied for __shared__; spelled out so the host emulator in dev/sm80 shares it.)
   static __shared__ const Element* kv_head_base[2];
   const int kv_head = params.kv_head_of(head);
-  const Element* k_head = static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
+  const Element* k_head =
+      static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
   if (tid == 0) {
     kv_head_base[0] = k_head;
     kv_head_base[1] = static_cast<const Element*>(params.v) + params.v_offset(batch, 0, kv_head);
@@ -114,15 +115,13 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     const int last = tiles.end - 1;
     load_tile_async<kBlockN, kHeadDim, kThreads>(
         smem_k, k_head + static_cast<int64_t>(last) * kBlockN * params.k_row_stride,
-                                                 params.k_row_stride,
-                                                 mask.seqlen_k - last * kBlockN);
+        params.k_row_stride, mask.seqlen_k - last * kBlockN);
     cp_async_commit();
 
     for (int n = last; n >= tiles.begin; --n) {
       cp_async_wait_group<0>();
       __syncthreads();
-      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_tile(n),
-                                                   params.v_row_stride,
+      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_tile(n), params.v_row_stride,
                                                    mask.seqlen_k - n * kBlockN);
       cp_async_commit();
 

@@ -23,7 +23,9 @@ namespace flashcore::detail {
 //   (rows 8-15, chunk 0), (rows 8-15, chunk 1): b0,b1 of n-block 0 then b0,b1 of n-block 1.
 __device__ __forceinline__ int ldsm_row_split_row(int lane) { return lane & 15; }
 __device__ __forceinline__ int ldsm_row_split_chunk(int lane) { return lane >> 4; }
-__device__ __forceinline__ int ldsm_chunk_split_row(int lane) { return (lane & 7) | ((lane >> 4) << 3); }
+__device__ __forceinline__ int ldsm_chunk_split_row(int lane) {
+  return (lane & 7) | ((lane >> 4) << 3);
+}
 __device__ __forceinline__ int ldsm_chunk_split_chunk(int lane) { return (lane >> 3) & 1; }
 
 // acc[i][n] += Q[warp_row0 + 16 i .., :] K[8 n .., :]^T over the whole head_dim.
@@ -93,8 +95,7 @@ __device__ __forceinline__ void warp_gemm_pv(
                         smem_v + Layout::byte_offset(v_row + 16 * step, 2 * pair + v_chunk));
 #pragma unroll
       for (int i = 0; i < Shape::kMTiles; ++i) {
-        mma_m16n8k16_row_col_f32<kDType>(acc_o[i][2 * pair], p_frag[i][step], v_frag[0],
-                                         v_frag[1]);
+        mma_m16n8k16_row_col_f32<kDType>(acc_o[i][2 * pair], p_frag[i][step], v_frag[0], v_frag[1]);
         mma_m16n8k16_row_col_f32<kDType>(acc_o[i][2 * pair + 1], p_frag[i][step], v_frag[2],
                                          v_frag[3]);
       }
