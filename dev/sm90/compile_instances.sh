@@ -4,10 +4,13 @@
 # UTMALDG, SYNCS) and must not (LDL/STL local-memory traffic). Needs no GPU.
 # "max reg" is the highest register index in the SASS + 1: the consumers' real footprint after
 # setmaxnreg (ptxas reports the launch cap, 168, for the whole kernel).
-# Usage (repository root): [SCHEDULE=0|1] bash dev/sm90/compile_instances.sh [out_dir]
-#   SCHEDULE picks the default consumer schedule (0 plain, 1 overlap + ping-pong).
+# Usage (repository root): [SCHEDULE=0|1|2] bash dev/sm90/compile_instances.sh [out_dir]
+#   SCHEDULE forces every head_dim to one schedule (0 plain, 1 overlap + ping-pong, 2 persistent);
+#   unset, each head_dim takes its tile-table row's schedule (what the library builds).
 set -euo pipefail
-schedule=${SCHEDULE:-0}
+schedule=${SCHEDULE:-table}
+define=""
+[ "$schedule" != table ] && define="-DFLASHCORE_SM90_SCHEDULE=$schedule"
 out=${1:-/tmp/flashcore_sm90_instances_s${schedule}}
 mkdir -p "$out"
 for dtype in kFloat16 kBFloat16; do
@@ -20,7 +23,7 @@ template void flashcore::detail::run_sm90_forward<flashcore::DType::${dtype}, ${
     const flashcore::detail::AttentionParams&);
 SRC
       nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
-        -DFLASHCORE_SM90_SCHEDULE="$schedule" -Xptxas -v -I include -I src -c "$out/$name.cu" -o "$out/$name.o" > "$out/$name.log" 2>&1
+        $define -Xptxas -v -I include -I src -c "$out/$name.cu" -o "$out/$name.o" > "$out/$name.log" 2>&1
       regs=$(grep -o "Used [0-9]* registers" "$out/$name.log" | head -1)
       frame=$(grep -o "[0-9]* bytes stack frame, [0-9]* bytes spill stores, [0-9]* bytes spill loads" "$out/$name.log" | head -1)
       warn=$(grep -c -i "warning" "$out/$name.log" || true)

@@ -78,8 +78,8 @@ void run_sm90_forward_configured(const AttentionParams& params) {
 
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  run_sm90_forward_configured<kDType, Sm90TileConfig<kHeadDim>, kCausal, kSm90DefaultSchedule>(
-      params);
+  run_sm90_forward_configured<kDType, Sm90TileConfig<kHeadDim>, kCausal,
+                              sm90_default_schedule(kHeadDim)>(params);
 }
 
 }  // namespace flashcore::detail
