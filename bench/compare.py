@@ -71,6 +71,9 @@ def parse_args(argv):
 
 
 def git_commit():
+    # A copy of the tree without .git (the accelerator machine) passes the commit in the env.
+    if os.environ.get("FLASHCORE_COMMIT"):
+        return os.environ["FLASHCORE_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, check=True,
                               capture_output=True, text=True).stdout.strip()

@@ -37,6 +37,9 @@ BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
 COMPARE_TIMEOUT=${COMPARE_TIMEOUT:-420}
 BENCH="$BUILD_DIR/bench/flashcore-bench"
 export PYTHONPATH="$REPO/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+# The accelerator machine gets the tree without .git: pass FLASHCORE_COMMIT=<sha> along.
+COMMIT=${FLASHCORE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export FLASHCORE_COMMIT=$COMMIT
 
 STEPS=()    # "name|status|seconds|log"
 FAILED=0
@@ -78,7 +81,7 @@ has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>
 # --- environment: what ran where --------------------------------------------------------------
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $COMMIT"
   echo "dirty: $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l) changed files"
   echo "host: $(hostname), $(nproc) cores"
   if has_gpu; then
@@ -176,7 +179,7 @@ fi
     grep -E "^(config|-|b[0-9]|ERROR|FAIL|all results|SOME)" "$OUT/bench_default.log"
   fi
   echo
-  echo "## check.sh summary: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+  echo "## check.sh summary: commit $COMMIT," \
        "$(has_gpu && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo 'no GPU')"
   echo
   echo "| step | status | seconds | log |"
