@@ -61,6 +61,7 @@ struct WarpSlots {
 constexpr int kMaxWarps = 8;
 inline std::atomic<long> ldmatrix_phases{0};
 inline std::atomic<long> ldmatrix_conflicts{0};  // phases whose 8 rows share a bank group
+inline std::atomic<long> cp_async_copies{0};      // 16-byte cp.async issued (zero-fill too)
 inline Barrier* block_barrier = nullptr;
 inline WarpSlots warps[kMaxWarps];
 
@@ -102,6 +103,8 @@ inline size_t __cvta_generic_to_shared(const void* ptr) {
   return static_cast<const unsigned char*>(ptr) - flashcore::detail::smem;
 }
 inline float __frcp_rn(float x) { return 1.0f / x; }
+// Never fused into an FMA on the GPU; noinline keeps g++ -ffp-contract=fast from fusing it here.
+__attribute__((noinline)) inline float __fmul_rn(float a, float b) { return a * b; }
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };

@@ -62,7 +62,8 @@ __device__ __forceinline__ void write_output(
         if (row < seqlen_q) {
           params.lse[params.lse_offset(batch, head, row)] =
               OnlineSoftmax<Shape::kMTiles>::lse(row_max[i][half], row_sum[i][half],
-                                                 params.softmax_scale);
+                                                 params.softmax_scale,
+                                                 params.softmax_scale_log2);
         }
       }
     }

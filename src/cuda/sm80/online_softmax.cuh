@@ -46,6 +46,15 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kSBlocks][4],
   }
 }
 
+// The base subtracted from a row's exponents: max * scale_log2, rounded once by an explicit
+// multiply. Every use (the exponents, the rescale, the lse correction) must see this same
+// rounded value; a plain product would let the compiler fuse it into a neighbouring FFMA in some
+// places and not others, and with std-30 inputs (bases ~4e3, ulp 2.4e-4) those inconsistent
+// roundings accumulated over the rescales to ~1.6e-3 of lse error.
+__device__ __forceinline__ float exponent_base(float max, float scale_log2) {
+  return __fmul_rn(max, scale_log2);
+}
+
 // Register budget: a thread has 2 * kMTiles rows, but the kernel sits at the 255-register limit.
 // Every lane needs each row's max (to subtract it), so the maxima are replicated; the sums are
 // not: each tile's partial sums are reduced across the quad at once (two shuffles per row), and
@@ -96,8 +105,11 @@ struct OnlineSoftmax {
         const float new_max = quad_max(tile_max);
         // A row that has seen no visible key keeps max -inf; subtracting 0 instead makes every
         // exp2 give 0 (not NaN from -inf - -inf).
-        const float base = new_max == -CUDART_INF_F ? 0.0f : new_max * scale_log2;
-        const float rescale = exp2_approx(old_max * scale_log2 - base);
+        const float base = new_max == -CUDART_INF_F ? 0.0f : exponent_base(new_max, scale_log2);
+        // The earlier tiles' sum and O were accumulated against exponent_base(old_max), the same
+        // rounded product (-inf before any key, giving rescale 0): the difference of two close
+        // floats is exact, so the rescale carries no rounding of the ~1e3-magnitude bases.
+        const float rescale = exp2_approx(exponent_base(old_max, scale_log2) - base);
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kSBlocks; ++n) {
@@ -141,10 +153,15 @@ struct OnlineSoftmax {
     return sum > 0.0f ? __frcp_rn(sum) : 0.0f;
   }
 
-  // Natural-log log-sum-exp of the scaled scores: max * scale + log(sum); -inf with no key.
-  __device__ __forceinline__ static float lse(float max, float sum, float softmax_scale) {
+  // Natural-log log-sum-exp of the scaled scores, -inf with no key. The sum holds
+  // sum_j 2^(s_j * scale_log2 - base) with base = exponent_base(max) = max * scale_log2 - err;
+  // fmaf recovers err exactly, so lse = max * scale + log(sum) - err * ln2 keeps the large
+  // max * scale term in natural units with a single rounding (no trip through log2 units).
+  __device__ __forceinline__ static float lse(float max, float sum, float softmax_scale,
+                                              float scale_log2) {
     if (max == -CUDART_INF_F || !(sum > 0.0f)) return -CUDART_INF_F;
-    return max * softmax_scale + logf(sum);
+    const float base_error = fmaf(max, scale_log2, -exponent_base(max, scale_log2));
+    return fmaf(max, softmax_scale, fmaf(-base_error, kLn2, logf(sum)));
   }
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 namespace flashcore::detail {
 inline void cp_async_16_zfill(uint32_t smem_address, const void* gmem, bool valid) {
+  emu::cp_async_copies.fetch_add(1);
   if (valid) {
     std::memcpy(smem + smem_address, gmem, 16);
   } else {
