@@ -1,6 +1,4 @@
 // attention_forward: validate -> choose a backend -> run it.
-#include <limits>
-#include <vector>
 
 #include "api/backend.h"
 #include "api/kernel_registry.h"
@@ -34,40 +32,10 @@ class CurrentDeviceGuard {
   int previous_ = 0;
 };
 
-// seqlen_k == 0 with query rows: every row sees no key, so out = 0 and lse = -inf, written here
-// instead of asking every kernel to handle a KV length of zero.
-void fill_empty_rows_cuda(const AttentionParams& p) {
-  cudaStream_t stream = p.stream;
-  const size_t element_bytes = dtype_size(p.dtype);
-  auto* out = static_cast<char*>(p.out);
-  const size_t row_bytes = p.head_dim * element_bytes;
-  // A single row may carry any row stride; cudaMemset2D only needs pitch >= width then.
-  const size_t pitch = p.seqlen_q == 1 ? row_bytes : p.o_row_stride * element_bytes;
-  for (int b = 0; b < p.batch; ++b) {
-    for (int h = 0; h < p.heads_q; ++h) {
-      FLASHCORE_CUDA_CHECK(cudaMemset2DAsync(out + p.o_offset(b, 0, h) * element_bytes, pitch,
-                                             0, row_bytes, p.seqlen_q, stream));
-    }
-  }
-  if (p.lse == nullptr) return;
-  // Pageable source: cudaMemcpyAsync stages it before returning, so the vector may go away.
-  std::vector<float> minus_inf(p.seqlen_q, -std::numeric_limits<float>::infinity());
-  for (int b = 0; b < p.batch; ++b) {
-    for (int h = 0; h < p.heads_q; ++h) {
-      FLASHCORE_CUDA_CHECK(cudaMemcpyAsync(p.lse + p.lse_offset(b, h, 0), minus_inf.data(),
-                                           minus_inf.size() * sizeof(float),
-                                           cudaMemcpyHostToDevice, stream));
-    }
-  }
-  FLASHCORE_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-
 void run_cuda(Backend backend, const AttentionParams& p) {
   CurrentDeviceGuard guard(p.device_index);
-  if (p.seqlen_k == 0) {
-    fill_empty_rows_cuda(p);
-    return;
-  }
+  // seqlen_k == 0 goes to the kernels too: they visit no KV tile and write out = 0, lse = -inf
+  // (asynchronous, and legal under CUDA graph capture).
   KernelLauncher launcher = find_kernel(backend, p.dtype, p.head_dim, p.causal);
   if (launcher == nullptr) {  // validation should have caught this; keep the error explicit
     throw Error(std::string("no ") + to_string(backend) + " kernel for this call");

@@ -107,6 +107,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   }
   OnlineSoftmax<Shape::kMTiles> softmax;
 
+  // No tile to visit (seqlen_k == 0, or causal rows that all lie above the diagonal): nothing is
+  // loaded, not even Q, and the epilogue writes out = 0 and lse = -inf (sum 0, max -inf).
   if (tiles.count() > 0) {
     const Element* q_tile =
         static_cast<const Element*>(params.q) + params.q_offset(batch, m_begin, head);
