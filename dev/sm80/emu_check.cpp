@@ -2,12 +2,15 @@
 // with a float64 reference: checks fragment layouts, swizzle, masking and the epilogue on a
 // machine without a GPU. Slow (one std::thread per CUDA thread): keep shapes small.
 //
-// Build and run (repository root; headers in dev/sm80/emu shadow the PTX ones):
-//   g++ -std=c++17 -O2 -pthread -include dev/sm80/emu/emu_runtime.h -I dev/sm80/emu \
-//       -I include -I src dev/sm80/emu_check.cpp -o emu_check && ./emu_check
-// The build line in docs/kernels_sm80.md adds -mfma -ffp-contract=fast (nvcc fuses a*b+c into
-// FFMA by default; the emulator must see the same fusions to show rounding bugs such as the
-// std-30 lse one) and links the accuracy rule (src/testing/accuracy.cpp and its helpers).
+// Build and run (repository root; headers in dev/sm80/emu shadow the PTX ones; the accuracy rule
+// comes from src/testing/accuracy.cpp and its helpers, built without the emulator header):
+//   for f in testing/accuracy cpu/reference api/tensor; do
+//     g++ -std=c++17 -O2 -I include -I src -c src/$f.cpp -o /tmp/$(basename $f).o; done
+//   g++ -std=c++17 -O2 -mfma -ffp-contract=fast -pthread -include dev/sm80/emu/emu_runtime.h \
+//       -I dev/sm80/emu -I include -I src dev/sm80/emu_check.cpp \
+//       /tmp/accuracy.o /tmp/reference.o /tmp/tensor.o -o emu_check && ./emu_check [case]
+// -mfma -ffp-contract=fast: nvcc fuses a*b+c into FFMA by default; the emulator must see the same
+// fusions to show rounding bugs such as the std-30 lse one.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -222,6 +225,7 @@ int main(int argc, char** argv) {
       {b16, 128, true, 1, 512, 512, 2, 1, false, 30.0f},
       {f16, 64, false, 1, 511, 511, 2, 2, false, 30.0f},
       {f16, 128, true, 1, 300, 300, 2, 2, false, 30.0f},
+      {f16, 64, true, 1, 400, 400, 2, 1, false, 30.0f},  // d64 causal 128 x 128 tiles
       // seqlen_k = 0: every row has no key (out 0, lse -inf), and no cp.async at all.
       {f16, 128, false, 1, 70, 0, 2, 1},
       {b16, 64, true, 2, 130, 0, 2, 2},
