@@ -252,12 +252,12 @@ inline std::vector<ProblemShape> correctness_shapes() {
   return shapes;
 }
 
-// Standard grid rows at 16k and 4k (batch = 16384 / seqlen, heads = 2048 / head_dim), plus the
+// Standard grid rows at 16k, 8k, 4k, 2k and 1k (batch = 16384 / seqlen, heads = 2048 / head_dim), plus the
 // original FlashCore config and the GQA prefill config.
 inline std::vector<ProblemShape> timing_shapes() {
   std::vector<ProblemShape> shapes;
   for (int d : {64, 128, 256})
-    for (int seqlen : {16384, 4096})
+    for (int seqlen : {16384, 8192, 4096, 2048, 1024})
       for (bool causal : {false, true}) {
         ProblemShape s;
         s.dtype = DType::kBFloat16;
@@ -268,6 +268,15 @@ inline std::vector<ProblemShape> timing_shapes() {
         s.causal = causal;
         shapes.push_back(s);
       }
+  for (int d : {64, 128, 256}) {  // fp16 must track bf16
+    ProblemShape s;
+    s.dtype = DType::kFloat16;
+    s.batch = 8;
+    s.seqlen_q = s.seqlen_k = 2048;
+    s.heads_q = s.heads_kv = 2048 / d;
+    s.head_dim = d;
+    shapes.push_back(s);
+  }
   ProblemShape original;
   original.dtype = DType::kFloat16;
   original.batch = 16; original.heads_q = original.heads_kv = 16;

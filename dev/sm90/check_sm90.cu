@@ -7,7 +7,9 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
-//                      [--schedule plain|overlap|persistent] [--sweep]
+//                      [--schedule plain|overlap|persistent] [--sweep] [--variants a,b,!c] [--list]
+// --variants picks table and sweep variants by name prefix ('!x' drops names containing x);
+// --list prints every variant name.
 // All schedules of the tile table by default (plain = stage 2; overlap = stage 3 intra-warpgroup
 // overlap + ping-pong; persistent = stage 4, overlap in one CTA per SM); --sweep adds other tile
 // configurations (bf16), each checked then timed.
@@ -33,8 +35,7 @@ using namespace flashcore::detail;
 namespace {
 
 constexpr double kWatchdogSeconds = 20.0;
-constexpr double kGemmPeakTflops = 753.0;  // bf16 GEMM 8192^3 on the H100 (BENCHMARKS.md)
-constexpr double kCopyTBps = 3.0;          // device-to-device copy on the H100
+constexpr double kGemmPeakTflops = 780.0;  // bf16 GEMM 8192^3 on the H200 (measured 2026-11-21)
 
 #define CHECK_CUDA(expr)                                                                      \
   do {                                                                                        \
@@ -105,35 +106,89 @@ void run_table(const AttentionParams& p) {
   }
 }
 
-template <int kHeadDim, int kBlockN, int kStages, Sm90Schedule kSchedule>
+const char* schedule_tag(Sm90Schedule schedule) {
+  switch (schedule) {
+    case Sm90Schedule::kPlain: return "plain";
+    case Sm90Schedule::kOverlapPingPong: return "ovl";
+    case Sm90Schedule::kPersistent: return "pers";
+    case Sm90Schedule::kPersistentPlain: return "pplain";
+    case Sm90Schedule::kOverlapOnly: return "nopp";
+  }
+  return "?";
+}
+
+template <Sm90Schedule kSchedule, int kHeadDim, int kBlockN, int kStages, int kConsumers = 2>
 Variant sweep_variant() {
   char name[96];
-  std::snprintf(name, sizeof(name), "%s d%d n%d s%d",
-                kSchedule == Sm90Schedule::kPlain       ? "plain"
-                : kSchedule == Sm90Schedule::kPersistent ? "persistent"
-                                                         : "overlap",
-                kHeadDim, kBlockN,
-                kStages);
+  std::snprintf(name, sizeof(name), "%s_d%d_n%d_s%d%s", schedule_tag(kSchedule), kHeadDim, kBlockN,
+                kStages, kConsumers == 3 ? "_m192" : "");
   return Variant{name, kHeadDim, true,
-                 run_config<DType::kBFloat16, Sm90TileConfig<kHeadDim, kBlockN, kStages>,
+                 run_config<DType::kBFloat16, Sm90TileConfig<kHeadDim, kBlockN, kStages, kConsumers>,
                             kSchedule>};
 }
 
+// What the library runs (run_sm90_forward: the tile table's configuration and schedule).
+void run_default(const AttentionParams& p) {
+  const bool fp16 = p.dtype == DType::kFloat16;
+  constexpr DType kH = DType::kFloat16, kB = DType::kBFloat16;
+  switch (p.head_dim * 2 + (p.causal ? 1 : 0)) {
+    case 128: fp16 ? run_sm90_forward<kH, 64, false>(p) : run_sm90_forward<kB, 64, false>(p); break;
+    case 129: fp16 ? run_sm90_forward<kH, 64, true>(p) : run_sm90_forward<kB, 64, true>(p); break;
+    case 256: fp16 ? run_sm90_forward<kH, 128, false>(p) : run_sm90_forward<kB, 128, false>(p); break;
+    case 257: fp16 ? run_sm90_forward<kH, 128, true>(p) : run_sm90_forward<kB, 128, true>(p); break;
+    case 512: fp16 ? run_sm90_forward<kH, 256, false>(p) : run_sm90_forward<kB, 256, false>(p); break;
+    case 513: fp16 ? run_sm90_forward<kH, 256, true>(p) : run_sm90_forward<kB, 256, true>(p); break;
+    default: std::printf("unsupported head_dim %d\n", p.head_dim); std::exit(1);
+  }
+}
+
 std::vector<Variant> table_variants() {
-  return {Variant{"plain", 0, false, run_table<Sm90Schedule::kPlain>},
+  return {Variant{"default", 0, false, run_default},
+          Variant{"plain", 0, false, run_table<Sm90Schedule::kPlain>},
           Variant{"overlap+pingpong", 0, false, run_table<Sm90Schedule::kOverlapPingPong>},
           Variant{"persistent", 0, false, run_table<Sm90Schedule::kPersistent>}};
 }
 
-// Tile configurations other than the table's, for one tuning run (bf16 only). Shared memory:
-// d64 n192 s2 = 112 KB, d64 n128 s3 = 112 KB, d128 n176 s2 = 208 KB, d128 n128 s3 = 224 KB,
-// d256 n64 s2 = 192 KB.
+// Tile configurations x schedules for tuning runs (bf16 only), selected with --variants.
+// Shared memory (plus the O staging where it fits): d64 n128 s3 = 112 KB (+16), d64 n192 s2 =
+// 112 KB (+16), d128 n128 s2 = 160 KB (+32), d128 n128 s3 = 224 KB, d256 n80 s2 = 224 KB.
 std::vector<Variant> sweep_variants() {
-  constexpr Sm90Schedule kOverlap = Sm90Schedule::kOverlapPingPong;
-  return {sweep_variant<64, 192, 2, kOverlap>(),  sweep_variant<64, 128, 3, kOverlap>(),
-          sweep_variant<64, 176, 2, kOverlap>(),  sweep_variant<128, 176, 2, kOverlap>(),
-          sweep_variant<128, 128, 3, kOverlap>(), sweep_variant<128, 96, 2, kOverlap>(),
-          sweep_variant<256, 64, 2, kOverlap>()};
+  using S = Sm90Schedule;
+  return {
+      // d64
+      sweep_variant<S::kPlain, 64, 128, 2>(),
+      sweep_variant<S::kOverlapOnly, 64, 128, 2>(),
+      sweep_variant<S::kOverlapPingPong, 64, 128, 2>(),
+      sweep_variant<S::kOverlapPingPong, 64, 128, 3>(),
+      sweep_variant<S::kOverlapPingPong, 64, 192, 2>(),
+      sweep_variant<S::kPersistent, 64, 128, 2>(),
+      sweep_variant<S::kPersistent, 64, 192, 2>(),
+      sweep_variant<S::kOverlapPingPong, 64, 128, 2, 3>(),
+      sweep_variant<S::kPersistent, 64, 128, 2, 3>(),
+      sweep_variant<S::kOverlapPingPong, 64, 96, 2, 3>(),
+      sweep_variant<S::kPersistent, 64, 96, 2, 3>(),
+      sweep_variant<S::kOverlapPingPong, 64, 112, 2, 3>(),
+      sweep_variant<S::kOverlapPingPong, 64, 128, 3, 3>(),
+      // d128
+      sweep_variant<S::kPlain, 128, 128, 2>(),
+      sweep_variant<S::kOverlapOnly, 128, 128, 2>(),
+      sweep_variant<S::kOverlapPingPong, 128, 128, 2>(),
+      sweep_variant<S::kOverlapPingPong, 128, 128, 3>(),
+      sweep_variant<S::kOverlapPingPong, 128, 160, 2>(),
+      sweep_variant<S::kOverlapPingPong, 128, 176, 2>(),
+      sweep_variant<S::kPersistent, 128, 128, 2>(),
+      sweep_variant<S::kPersistent, 128, 128, 3>(),
+      sweep_variant<S::kPersistent, 128, 160, 2>(),
+      sweep_variant<S::kPersistent, 128, 176, 2>(),
+      sweep_variant<S::kPersistentPlain, 128, 128, 2>(),
+      // d256
+      sweep_variant<S::kPlain, 256, 80, 2>(),
+      sweep_variant<S::kOverlapOnly, 256, 80, 2>(),
+      sweep_variant<S::kOverlapPingPong, 256, 80, 2>(),
+      sweep_variant<S::kOverlapPingPong, 256, 64, 2>(),
+      sweep_variant<S::kPersistent, 256, 80, 2>(),
+      sweep_variant<S::kPersistentPlain, 256, 80, 2>(),
+  };
 }
 
 const Variant* g_variant = nullptr;
@@ -197,34 +252,82 @@ bool check_case(const ProblemShape& shape) {
   return result.pass;
 }
 
-void time_case(const ProblemShape& shape) {
-  HostProblem host(shape, /*fill=*/true);
-  DeviceProblem dev(host);
+// Random inputs for timing, filled fast on all host threads (a hash of the index, roughly normal:
+// the sum of four uniforms, centered and scaled to unit variance). Never zeros: see METHOD.md.
+void fast_fill(HostProblem& host) {
+  const DType dt = host.shape.dtype;
+  std::vector<uint16_t>* tensors[3] = {&host.q, &host.k, &host.v};
+  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int which = 0; which < 3; ++which) {
+        std::vector<uint16_t>& x = *tensors[which];
+        const size_t chunk = (x.size() + threads - 1) / threads;
+        const size_t end = std::min(x.size(), chunk * (t + 1));
+        for (size_t i = chunk * t; i < end; ++i) {
+          uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t(which + 1) << 60);
+          h ^= h >> 31; h *= 0xBF58476D1CE4E5B9ull; h ^= h >> 29; h *= 0x94D049BB133111EBull;
+          h ^= h >> 32;
+          const float sum = float(h & 0xFFFF) + float((h >> 16) & 0xFFFF) +
+                            float((h >> 32) & 0xFFFF) + float(h >> 48);
+          x[i] = to_bits((sum / 65536.0f - 2.0f) * 1.7320508f, dt);  // variance 4/12 -> 1
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+struct TimingRow {
+  std::string shape, variant;
+  double tflops;
+};
+std::vector<TimingRow> g_rows;
+
+// Times every selected variant on one shape. Variants take turns (kRounds rounds of kRunsPerRound
+// runs each) so that clock and temperature drift over the shape's measurement hits all of them
+// alike: timing each variant in one block favoured whichever ran first by up to 4%.
+void time_shape(const ProblemShape& shape, const DeviceProblem& dev,
+                const std::vector<const Variant*>& variants) {
   const AttentionParams& p = dev.params;
   const double flops = 4.0 * p.batch * p.heads_q * double(p.seqlen_q) * p.seqlen_k * p.head_dim *
                        (p.causal ? 0.5 : 1.0);
-  const double bytes = 2.0 * (2.0 * p.batch * p.heads_q * double(p.seqlen_q) * p.head_dim +
-                              2.0 * p.batch * p.heads_kv * double(p.seqlen_k) * p.head_dim);
-  constexpr int kWarmup = 3, kRuns = 30;
-  for (int i = 0; i < kWarmup; ++i) run(p);
-  wait_with_watchdog(shape.describe().c_str());
-  std::vector<float> ms(kRuns);
+  constexpr int kWarmup = 2, kRounds = 5, kRunsPerRound = 8;
+  std::vector<std::vector<float>> ms(variants.size());
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < kRuns; ++i) {
-    CHECK_CUDA(cudaEventRecord(start));
-    run(p);
-    CHECK_CUDA(cudaEventRecord(stop));
+  for (const Variant* v : variants) {
+    g_variant = v;
+    for (int i = 0; i < kWarmup; ++i) run(p);
     wait_with_watchdog(shape.describe().c_str());
-    CHECK_CUDA(cudaEventElapsedTime(&ms[i], start, stop));
   }
-  std::sort(ms.begin(), ms.end());
-  const double median_s = ms[kRuns / 2] * 1e-3;
-  const double floor_s = std::max(flops / (kGemmPeakTflops * 1e12), bytes / (kCopyTBps * 1e12));
-  std::printf("time [%s] %s: %.3f ms, %.1f TFLOPS (floor %.3f ms = %.0f%% of floor speed)\n",
-              g_variant->name.c_str(), shape.describe().c_str(), median_s * 1e3, flops / median_s * 1e-12, floor_s * 1e3,
-              100.0 * floor_s / median_s);
+  for (int round = 0; round < kRounds; ++round) {
+    for (size_t i = 0; i < variants.size(); ++i) {
+      g_variant = variants[i];
+      for (int r = 0; r < kRunsPerRound; ++r) {
+        CHECK_CUDA(cudaEventRecord(start));
+        run(p);
+        CHECK_CUDA(cudaEventRecord(stop));
+        wait_with_watchdog(shape.describe().c_str());
+        float elapsed = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&elapsed, start, stop));
+        ms[i].push_back(elapsed);
+      }
+    }
+  }
+  for (size_t i = 0; i < variants.size(); ++i) {
+    std::vector<float>& t = ms[i];
+    std::sort(t.begin(), t.end());
+    const double median_s = t[t.size() / 2] * 1e-3, min_s = t[0] * 1e-3;
+    const double tflops = flops / median_s * 1e-12;
+    std::printf("time [%s] %s: median %.3f ms = %.1f TFLOPS (min %.3f ms = %.1f; %.0f%% of GEMM "
+                "peak)\n",
+                variants[i]->name.c_str(), shape.describe().c_str(), median_s * 1e3, tflops,
+                min_s * 1e3, flops / min_s * 1e-12, 100.0 * tflops / kGemmPeakTflops);
+    g_rows.push_back({shape.describe(), variants[i]->name, tflops});
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }
@@ -237,16 +340,56 @@ bool variant_takes(const Variant& variant, const ProblemShape& shape, int only_h
   return !variant.bf16_only || shape.dtype == DType::kBFloat16;
 }
 
+// --variants a,b,!c: a variant runs if its name starts with one of the plain items and contains
+// none of the items marked with '!'.
+bool selected(const std::string& name, const std::string& list) {
+  if (list.empty()) return true;
+  bool match = false;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    size_t end = list.find(',', begin);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(begin, end - begin);
+    if (item.size() > 1 && item[0] == '!') {
+      if (name.find(item.substr(1)) != std::string::npos) return false;
+    } else if (!item.empty() && name.rfind(item, 0) == 0) {
+      match = true;
+    }
+    begin = end + 1;
+  }
+  return match;
+}
+
 int main(int argc, char** argv) {
   bool timing = true, checking = true, sweep = false;
   int only_hd = 0;
-  std::string only_schedule;
+  std::string only_schedule, variant_list;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
     if (!std::strcmp(argv[i], "--only-timing")) checking = false;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) only_schedule = argv[++i];
+    if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variant_list = argv[++i];
+  }
+  std::vector<Variant> variants;
+  if (!variant_list.empty()) {  // any table or sweep variant by name
+    for (const Variant& v : table_variants())
+      if (selected(v.name, variant_list)) variants.push_back(v);
+    for (const Variant& v : sweep_variants())
+      if (selected(v.name, variant_list)) variants.push_back(v);
+  } else {
+    for (const Variant& v : table_variants()) {
+      if (only_schedule.empty() || v.name.rfind(only_schedule, 0) == 0) variants.push_back(v);
+    }
+    if (sweep) {
+      for (const Variant& v : sweep_variants()) variants.push_back(v);
+    }
+  }
+  if (argc > 1 && !std::strcmp(argv[1], "--list")) {
+    for (const Variant& v : table_variants()) std::printf("%s\n", v.name.c_str());
+    for (const Variant& v : sweep_variants()) std::printf("%s\n", v.name.c_str());
+    return 0;
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -255,13 +398,6 @@ int main(int argc, char** argv) {
   if (prop.major != 9) {
     std::printf("needs an sm90 GPU\n");
     return 1;
-  }
-  std::vector<Variant> variants;
-  for (const Variant& v : table_variants()) {
-    if (only_schedule.empty() || v.name.rfind(only_schedule, 0) == 0) variants.push_back(v);
-  }
-  if (sweep) {
-    for (const Variant& v : sweep_variants()) variants.push_back(v);
   }
   int failures = 0, cases = 0;
   std::vector<bool> variant_ok(variants.size(), true);
@@ -277,18 +413,40 @@ int main(int argc, char** argv) {
       }
     }
     std::printf("%d passed, %d failed\n", cases - failures, failures);
+    for (size_t i = 0; i < variants.size(); ++i)
+      if (!variant_ok[i]) std::printf("FAILED variant: %s\n", variants[i].name.c_str());
   }
   if (timing) {
-    for (size_t i = 0; i < variants.size(); ++i) {
-      g_variant = &variants[i];
-      if (!variant_ok[i]) {
-        std::printf("time [%s]: skipped, the variant failed its checks\n", variants[i].name.c_str());
-        continue;
-      }
-      for (const ProblemShape& shape : timing_shapes()) {
-        if (variant_takes(variants[i], shape, only_hd)) time_case(shape);
-      }
+    // One set of inputs per shape, shared by every variant that takes it.
+    for (const ProblemShape& shape : timing_shapes()) {
+      std::vector<const Variant*> takers;
+      for (size_t i = 0; i < variants.size(); ++i)
+        if (variant_ok[i] && variant_takes(variants[i], shape, only_hd))
+          takers.push_back(&variants[i]);
+      if (takers.empty()) continue;
+      HostProblem host(shape, /*fill=*/false);
+      fast_fill(host);
+      DeviceProblem dev(host);
+      time_shape(shape, dev, takers);
     }
+    std::printf("\n=== summary: TFLOPS (median of 40, variants interleaved), best first ===\n");
+    std::string current;
+    std::vector<TimingRow> rows;
+    auto flush = [&] {
+      if (rows.empty()) return;
+      std::sort(rows.begin(), rows.end(),
+                [](const TimingRow& a, const TimingRow& b) { return a.tflops > b.tflops; });
+      std::printf("%s:", rows[0].shape.c_str());
+      for (const TimingRow& r : rows) std::printf(" %s %.0f;", r.variant.c_str(), r.tflops);
+      std::printf("\n");
+      rows.clear();
+    };
+    for (const TimingRow& r : g_rows) {
+      if (r.shape != current) flush();
+      current = r.shape;
+      rows.push_back(r);
+    }
+    flush();
   }
   return failures == 0 ? 0 : 1;
 }

@@ -8,8 +8,8 @@ hand. Run from the repository root: python3 dev/sm90/gen_wgmma.py
 
 import pathlib
 
-# N values: head_dim 64/96/128/192/256 for O += P V, BLOCK_N 64/80/96/128/176/192 for S = Q K^T.
-WIDTHS = [16, 32, 64, 80, 96, 128, 176, 192, 256]
+# N values: head_dim 64/96/128/192/256 for O += P V, BLOCK_N 64/80/96/112/128/160/176/192 for S = Q K^T.
+WIDTHS = [16, 32, 64, 80, 96, 112, 128, 160, 176, 192, 256]
 DTYPES = [("kFloat16", "f16"), ("kBFloat16", "bf16")]
 
 HEADER = """\

@@ -85,7 +85,8 @@ class Smem:
 
     def __init__(self, stages):
         self.content, self.readers = {}, {}
-        for name in ["q0", "q1"] + [f"k{s}" for s in range(stages)] + [f"v{s}" for s in range(stages)]:
+        names = ["q0", "q1", "o0", "o1"] + [f"k{s}" for s in range(stages)]
+        for name in names + [f"v{s}" for s in range(stages)]:
             self.content[name] = None
             self.readers[name] = set()
 
@@ -122,41 +123,44 @@ KV_BYTES, Q_BYTES = 100, 50
 
 
 class Cta:
-    def __init__(self, tiles, stages, schedule, rng):
+    def __init__(self, tiles, stages, schedule, rng, early=False):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
-        self.persistent = schedule == "persistent"
+        self.persistent = schedule in ("persistent", "pplain")
+        # early: O staged in its own buffer, Q released after the last S wgmma (kSeparateOStaging)
+        self.early = early and self.persistent
         self.smem = Smem(stages)
         self.q_full = MBarrier("q_full", 1)
-        self.q_empty = MBarrier("q_empty", 2)
+        self.q_empty = MBarrier("q_empty", 256 if self.early else 2)
         self.k_full = [MBarrier(f"k_full{s}", 1) for s in range(stages)]
         self.v_full = [MBarrier(f"v_full{s}", 1) for s in range(stages)]
-        self.kv_empty = [MBarrier(f"kv_empty{s}", 256) for s in range(stages)]
+        self.k_empty = [MBarrier(f"k_empty{s}", 256) for s in range(stages)]
+        self.v_empty = [MBarrier(f"v_empty{s}", 256) for s in range(stages)]
         self.turn = [NamedBarrier("turn0", "c0"), NamedBarrier("turn1", "c1")]
         self.async_events = []  # pending TMA completions: callables
 
     # --- producer (producer.cuh) ---
-    def load_kv(self, tile_id, step, ring):
+    def load(self, kind, tile_id, step, ring):
         s = ring.stage
-        yield lambda: self.kv_empty[s].passed(ring.phase ^ 1)
-        for kind, full in (("k", self.k_full[s]), ("v", self.v_full[s])):
-            full.arrive_expect_tx(KV_BYTES)
-            buf = f"{kind}{s}"
+        empty = self.k_empty[s] if kind == "k" else self.v_empty[s]
+        full = self.k_full[s] if kind == "k" else self.v_full[s]
+        yield lambda: empty.passed(ring.phase ^ 1)
+        full.arrive_expect_tx(KV_BYTES)
+        buf = f"{kind}{s}"
 
-            def land(buf=buf, full=full, value=(tile_id, step)):
-                self.smem.write(buf, value, "producer TMA")
-                full.complete_tx(KV_BYTES)
+        def land(buf=buf, full=full, value=(tile_id, step)):
+            self.smem.write(buf, value, "producer TMA")
+            full.complete_tx(KV_BYTES)
 
-            self.async_events.append(land)
+        self.async_events.append(land)
         ring.advance()
 
     def producer(self):
         ring, q_phase = Ring(self.stages), 0
         for tile_id, count in self.tiles:
-            step = 0
+            k_ring, v_ring = ring.copy(), ring.copy()
+            if count > 0:
+                yield from self.load("k", tile_id, 0, k_ring)
             if self.persistent:
-                if count > 0:
-                    yield from self.load_kv(tile_id, step, ring)
-                    step += 1
                 yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
             self.q_full.arrive_expect_tx(Q_BYTES)
 
@@ -166,9 +170,12 @@ class Cta:
                 self.q_full.complete_tx(Q_BYTES)
 
             self.async_events.append(land_q)
-            while step < count:
-                yield from self.load_kv(tile_id, step, ring)
-                step += 1
+            for step in range(1, count):
+                yield from self.load("k", tile_id, step, k_ring)
+                yield from self.load("v", tile_id, step - 1, v_ring)
+            if count > 0:
+                yield from self.load("v", tile_id, count - 1, v_ring)
+            ring = k_ring
             q_phase ^= 1
 
     # --- consumers ---
@@ -177,8 +184,24 @@ class Cta:
             self.smem.end_read(name, who)
         yield lambda: True
 
+    def release_q_after_last_qk(self):
+        if self.early:
+            self.q_empty.arrive(128)
+
     def epilogue(self, c, tile_id):
         who = f"c{c}"
+        if self.early:
+            # Own staging buffer: wait for the previous store's read (bulk wait_group.read), then
+            # write; nobody waits after the store.
+            o = f"o{c}"
+            store = getattr(self, f"store{c}", None)
+            if store is not None:
+                yield lambda: True
+                self.smem.end_read(o, who + " store")
+            self.smem.write(o, ("O", tile_id), who)
+            self.smem.start_read(o, ("O", tile_id), who + " store")
+            setattr(self, f"store{c}", True)
+            return
         q = f"q{c}"
         # O is written into the slab with ordinary stores: the slab must still be this tile's.
         if self.smem.content[q] != tile_id:
@@ -191,21 +214,27 @@ class Cta:
             self.q_empty.arrive()
 
     def consumer_plain(self, c):
-        who, ring = f"c{c}", Ring(self.stages)
+        who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count in self.tiles:
-            yield lambda: self.q_full.passed(0)
+            yield lambda qp=q_phase: self.q_full.passed(qp)
+            if count == 0:
+                self.release_q_after_last_qk()
             for step in range(count):
                 s = ring.stage
                 yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
                 self.smem.start_read(f"q{c}", tile_id, who)
                 self.smem.start_read(f"k{s}", (tile_id, step), who)
                 yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+                self.k_empty[s].arrive(128)
+                if step == count - 1:
+                    self.release_q_after_last_qk()
                 yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
                 self.smem.start_read(f"v{s}", (tile_id, step), who)
                 yield from self.wgmma_wait(who, [f"v{s}"])
-                self.kv_empty[s].arrive(128)
+                self.v_empty[s].arrive(128)
                 ring.advance()
             yield from self.epilogue(c, tile_id)
+            q_phase ^= 1
 
     def turn_begin(self, c):
         generation = self.turn[c].sync(f"c{c}")
@@ -220,6 +249,8 @@ class Cta:
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
+            if count == 0:
+                self.release_q_after_last_qk()
             if count > 0:
                 if c == 1:
                     self.turn[0].arrive(who)
@@ -230,6 +261,9 @@ class Cta:
                 self.smem.start_read(f"k{s}", (tile_id, 0), who)
                 self.turn_end(c, False)
                 yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+                self.k_empty[s].arrive(128)
+                if count == 1:
+                    self.release_q_after_last_qk()
                 for step in range(1, count):
                     prev = ring.copy()
                     ring.advance()
@@ -242,21 +276,25 @@ class Cta:
                     self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
                     self.turn_end(c, False)
                     yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
+                    self.k_empty[s].arrive(128)
+                    if step == count - 1:
+                        self.release_q_after_last_qk()
                     yield from self.wgmma_wait(who, [f"v{ps}"])  # wait_group<0>
-                    self.kv_empty[ps].arrive(128)
+                    self.v_empty[ps].arrive(128)
                 s = ring.stage
                 yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
                 yield from self.turn_begin(c)
                 self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
                 self.turn_end(c, True)
                 yield from self.wgmma_wait(who, [f"v{s}"])
-                self.kv_empty[s].arrive(128)
+                self.v_empty[s].arrive(128)
                 ring.advance()
             yield from self.epilogue(c, tile_id)
             q_phase ^= 1
 
     def run(self):
-        consumer = self.consumer_plain if self.schedule == "plain" else self.consumer_overlap
+        plain = self.schedule in ("plain", "pplain")
+        consumer = self.consumer_plain if plain else self.consumer_overlap
         roles = {"producer": self.producer(), "c0": consumer(0), "c1": consumer(1)}
         waiting = {name: (lambda: True) for name in roles}
         while roles or self.async_events:
@@ -284,16 +322,17 @@ def random_tiles(rng, persistent):
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     rng = random.Random(7)
-    for schedule in ("plain", "overlap", "persistent"):
+    for schedule, early in (("plain", False), ("overlap", False), ("persistent", False),
+                            ("persistent", True), ("pplain", False), ("pplain", True)):
         for i in range(runs):
             stages = rng.choice([2, 3])
-            tiles = random_tiles(rng, schedule == "persistent")
+            tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
-                Cta(tiles, stages, schedule, random.Random(i)).run()
+                Cta(tiles, stages, schedule, random.Random(i), early).run()
             except ModelError as e:
-                print(f"FAIL {schedule} stages={stages} tiles={tiles} seed={i}: {e}")
+                print(f"FAIL {schedule} early={early} stages={stages} tiles={tiles} seed={i}: {e}")
                 return 1
-        print(f"ok {schedule}: {runs} random interleavings")
+        print(f"ok {schedule}{' early' if early else ''}: {runs} random interleavings")
     return 0
 
 

@@ -3,10 +3,10 @@
 //
 //   wait q_full
 //   for each KV tile (last to first; masked tiles come first):
-//     wait k_full[s];  S = Q K^T          (wgmma SS, both K-major)
+//     wait k_full[s];  S = Q K^T          (wgmma SS, both K-major); arrive k_empty[s]
 //     mask (only tiles >= first_masked);  online softmax -> P, rescale O
 //     wait v_full[s];  O += P V           (wgmma RS, P from registers, V MN-major)
-//     arrive kv_empty[s]
+//     arrive v_empty[s]
 //   epilogue
 #pragma once
 
@@ -62,7 +62,9 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              const CUtensorMap* map_o,
                                              const AttentionParams& params, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int consumer,
-                                             int thread_in_warpgroup) {
+                                             int thread_in_warpgroup,
+                                             Sm90TileLoopState<Config::kStages>& state,
+                                             const Sm90QRelease& release) {
   using Math = Sm90ConsumerMath<kDType, Config>;
   const int lane = thread_in_warpgroup % 32;
   const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
@@ -76,15 +78,19 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
   for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
   OnlineSoftmaxRows softmax;
 
-  mbarrier_wait_parity(smem.q_full(), 0);
-  RingPosition<Config::kStages> ring;
-  for (int step = 0; step < kv_tiles.count(); ++step) {
+  mbarrier_wait_parity(smem.q_full(), state.q_phase);
+  RingPosition<Config::kStages>& ring = state.ring;
+  const int count = kv_tiles.count();
+  if (count == 0) release.after_last_qk();
+  for (int step = 0; step < count; ++step) {
     const int n_block = kv_tiles.end - 1 - step;
     float s[Math::kSAccRegs];
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     wgmma_wait_group<0>();
     fence_accumulators(s);
+    mbarrier_arrive(smem.k_empty(ring.stage));
+    if (step == count - 1) release.after_last_qk();
 
     if (n_block >= kv_tiles.first_masked) {
       mask_columns(s, n_block * Config::kBlockN + 2 * (lane % 4), col_limit[0], col_limit[1]);
@@ -99,13 +105,15 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
     wgmma_wait_group<0>();
     fence_accumulators(o);
-    mbarrier_arrive(smem.kv_empty(ring.stage));
+    mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();
   }
 
-  sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
-                                  tile.batch, slab_row_begin, consumer, thread_in_warpgroup,
-                                /*q_empty=*/nullptr);
+  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
+                                                                   : smem.q_slab(consumer);
+  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
+                                slab_row_begin, consumer, thread_in_warpgroup, release);
+  state.q_phase ^= 1;
 }
 
 }  // namespace flashcore::detail

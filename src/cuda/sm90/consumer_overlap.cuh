@@ -7,18 +7,20 @@
 //   S0 = Q K0^T; softmax(S0) -> P0
 //   for t = 1 .. n-1:   issue S_t = Q K_t^T, issue O += P_{t-1} V_{t-1}
 //                       wait S_t; softmax(S_t)            (overlaps the P V on the tensor cores)
-//                       wait P V; release stage t-1; O *= correction; P_t = S_t
+//                       (K_t released once S_t is done)
+//                       wait P V; release V_{t-1}; O *= correction; P_t = S_t
 //   O += P_{n-1} V_{n-1}; release; epilogue
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
-// other does its softmax. Turns alternate strictly through two named barriers of 256 threads
-// (consumer c syncs on kTurnBarrier[c] and, after issuing, arrives on the other's). Consumer 1
-// arrives once up front so consumer 0 goes first, and skips its arrival after its last turn, so
-// every barrier ends with as many arrivals as syncs. Both consumers take n + 1 turns (same n), so
-// the turn barriers are balanced after every tile and a persistent CTA can run tile after tile.
+// other does its softmax. Turns go round strictly through one named barrier of 256 threads per
+// consumer (consumer c syncs on kTurnBarrier[c] and, right after issuing, arrives on the next
+// one's). The last consumer arrives once up front so consumer 0 goes first, and skips its arrival
+// after its last turn, so every barrier ends with as many arrivals as syncs. All consumers take
+// n + 1 turns (same n), so the turn barriers are balanced after every tile and a persistent CTA can
+// run tile after tile.
 //
-// `state` carries the ring position and the Q phase across tiles; `q_empty` (persistent schedule
-// only, else nullptr) is signalled once the O store has read the Q slab.
+// `state` carries the ring position and the Q phase across tiles; `release` says when the Q slab
+// goes back to the producer (persistent schedules).
 #pragma once
 
 #include "cuda/common/mask.cuh"
@@ -33,26 +35,32 @@
 
 namespace flashcore::detail {
 
-// Named barrier ids 3 and 4 (1 and 2 are the epilogue's): consumer c's turn to issue GEMMs.
-constexpr uint32_t kTurnBarrierBase = 3;
-constexpr uint32_t kTurnBarrierThreads = 256;  // both consumer warpgroups
+// Named barrier ids 5, 6, 7 (1..3 are the epilogue's, 4 is spare): consumer c's turn to issue
+// GEMMs. Each has 256 threads: the owner's sync plus the previous consumer's arrival.
+constexpr uint32_t kTurnBarrierBase = 5;
+constexpr uint32_t kTurnBarrierThreads = 256;
 
+// Turns go round 0, 1, .., kConsumers-1, 0, ... kEnabled = false turns every call into nothing
+// (Sm90Schedule::kOverlapOnly).
+template <bool kEnabled, int kConsumers>
 struct PingPongTurns {
   int consumer;
   __device__ __forceinline__ void begin() const {
-    named_barrier_sync(kTurnBarrierBase + consumer, kTurnBarrierThreads);
+    if (kEnabled) named_barrier_sync(kTurnBarrierBase + consumer, kTurnBarrierThreads);
   }
   __device__ __forceinline__ void end(bool last_turn) const {
-    if (consumer == 1 && last_turn) return;
-    named_barrier_arrive(kTurnBarrierBase + (1 - consumer), kTurnBarrierThreads);
+    if (!kEnabled || (consumer == kConsumers - 1 && last_turn)) return;
+    named_barrier_arrive(kTurnBarrierBase + (consumer + 1) % kConsumers, kTurnBarrierThreads);
   }
-  // Consumer 1 hands the first turn to consumer 0.
+  // The last consumer hands the first turn to consumer 0.
   __device__ __forceinline__ void start() const {
-    if (consumer == 1) named_barrier_arrive(kTurnBarrierBase + 0, kTurnBarrierThreads);
+    if (kEnabled && consumer == kConsumers - 1) {
+      named_barrier_arrive(kTurnBarrierBase + 0, kTurnBarrierThreads);
+    }
   }
 };
 
-template <DType kDType, class Config, bool kCausal>
+template <DType kDType, class Config, bool kCausal, bool kPingPong = true>
 __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
                                                         const CUtensorMap* map_o,
                                                         const AttentionParams& params,
@@ -60,7 +68,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                                                         const KvTileRange& kv_tiles, int consumer,
                                                         int thread_in_warpgroup,
                                                         Sm90TileLoopState<Config::kStages>& state,
-                                                        uint64_t* q_empty) {
+                                                        const Sm90QRelease& release) {
   using Math = Sm90ConsumerMath<kDType, Config>;
   const int lane = thread_in_warpgroup % 32;
   const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
@@ -70,7 +78,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   const int lane_col = 2 * (lane % 4);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
   const float scale_log2 = params.softmax_scale_log2;
-  const PingPongTurns turns{consumer};
+  const PingPongTurns<kPingPong, Config::kConsumerWarpgroups> turns{consumer};
 
   float o[Math::kOAccRegs];
 #pragma unroll
@@ -82,6 +90,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
 
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
   const int num_tiles = kv_tiles.count();
+  if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     turns.start();
     // Prologue: S of the first tile alone.
@@ -92,6 +101,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     turns.end(/*last_turn=*/false);
     wgmma_wait_group<0>();
     fence_accumulators(s);
+    mbarrier_arrive(smem.k_empty(ring.stage));
+    if (num_tiles == 1) release.after_last_qk();
     int n_block = kv_tiles.end - 1;
     if (n_block >= kv_tiles.first_masked) {
       mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
@@ -112,6 +123,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
 
       wgmma_wait_group<1>();  // S done; P V may still run
       fence_accumulators(s);
+      mbarrier_arrive(smem.k_empty(ring.stage));
+      if (step == num_tiles - 1) release.after_last_qk();
       if (n_block >= kv_tiles.first_masked) {
         mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
       }
@@ -119,7 +132,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
 
       wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
       fence_accumulators(o);
-      mbarrier_arrive(smem.kv_empty(previous.stage));
+      mbarrier_arrive(smem.v_empty(previous.stage));
       scale_rows(o, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
@@ -131,12 +144,14 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     turns.end(/*last_turn=*/true);
     wgmma_wait_group<0>();
     fence_accumulators(o);
-    mbarrier_arrive(smem.kv_empty(ring.stage));
+    mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   }
 
-  sm90_epilogue<kDType, Config>(o, softmax, smem.q_slab(consumer), map_o, params, tile.head,
-                                tile.batch, slab_row_begin, consumer, thread_in_warpgroup, q_empty);
+  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
+                                                                   : smem.q_slab(consumer);
+  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
+                                slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;
 }
 

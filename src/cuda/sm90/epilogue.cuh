@@ -2,9 +2,11 @@
 //
 // O (64 rows x head_dim) is converted to 16 bits and written into the consumer's own Q slab in the
 // 128-byte-swizzled column-block layout (its last S = Q K^T has completed, so the slab is free),
-// then one thread stores it with TMA. In the persistent schedule (q_empty given) that thread then
-// waits only until the store has read the slab and tells the producer the slab is free. The O tensor map has a per-batch seqlen dimension, so rows
-// past seqlen_q are dropped by the hardware.
+// then one thread stores it with TMA. Persistent schedules: with the O staging in the Q slab, that
+// thread waits only until the store has read the slab and tells the producer the slab is free;
+// with a separate staging buffer (Q already released), nobody waits until the next epilogue
+// reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are
+// dropped by the hardware.
 #pragma once
 
 #include <cuda.h>
@@ -15,6 +17,7 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/tile_config.h"
 
@@ -29,7 +32,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               uint8_t* o_staging, const CUtensorMap* map_o,
                                               const AttentionParams& params, int head, int batch,
                                               int slab_row_begin, int consumer,
-                                              int thread_in_warpgroup, uint64_t* q_empty) {
+                                              int thread_in_warpgroup,
+                                              const Sm90QRelease& release) {
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
   const int seqlen_q = params.seqlen_q_of(batch);
@@ -46,6 +50,11 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
 
+  const bool reused_staging = release.q_empty != nullptr && release.early;
+  if (reused_staging) {  // the previous tile's O store must have read the staging buffer
+    if (thread_in_warpgroup == 0) tma_store_wait_reads();
+    named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+  }
 #pragma unroll
   for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
     const int col = 8 * chunk + 2 * (lane % 4);
@@ -67,12 +76,12 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
       }
       tma_store_commit_group();
     }
-    if (q_empty != nullptr) {
-      tma_store_wait_reads();  // then the slab may take the next tile's Q
-      mbarrier_arrive(q_empty);
-    } else {
+    if (release.q_empty == nullptr) {
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
-    }
+    } else if (!release.early) {
+      tma_store_wait_reads();  // then the slab may take the next tile's Q
+      mbarrier_arrive(release.q_empty);
+    }  // early: the next epilogue waits for the reads, the kernel's end for the writes
   }
 }
 

@@ -5,9 +5,11 @@
 //   ---------------------------------      -------------------------------------------------
 //   TMA Q            -> q_full  ---------> wait q_full
 //   for KV tile j:                         for KV tile j:
-//     wait kv_empty[s] <---------------------- arrive kv_empty[s] (after O += P V completed)
+//     wait k_empty[s] <----------------------- arrive k_empty[s] (after S = Q K^T completed)
 //     TMA K_j        -> k_full[s] -------> wait k_full[s]; S = Q K_j^T; softmax
+//     wait v_empty[s] <----------------------- arrive v_empty[s] (after O += P V completed)
 //     TMA V_j        -> v_full[s] -------> wait v_full[s]; O += P V_j
+//   (the producer issues K_{j+1} before V_j: see producer.cuh)
 //                                          epilogue: O / l -> smem -> TMA store; lse
 //
 // Shared memory: see smem_layout.cuh. Registers: see tile_config.h.
@@ -44,21 +46,22 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const int warpgroup = __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 128, 0);
   const int thread_in_warpgroup = threadIdx.x % Config::kThreadsPerWarpgroup;
 
-  constexpr bool kPersistent = kSchedule == Sm90Schedule::kPersistent;
+  constexpr bool kPersistent = sm90_is_persistent(kSchedule);
   if (threadIdx.x == 0) {
     mbarrier_init(smem.q_full(), 1);
-    mbarrier_init(smem.q_empty(), Config::kConsumerWarpgroups);
+    mbarrier_init(smem.q_empty(), Config::kQEmptyArrivals);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), 1);
       mbarrier_init(smem.v_full(stage), 1);
-      mbarrier_init(smem.kv_empty(stage), Config::kConsumerThreads);
+      mbarrier_init(smem.k_empty(stage), Config::kConsumerThreads);
+      mbarrier_init(smem.v_empty(stage), Config::kConsumerThreads);
     }
     mbarrier_init_fence();
   }
   __syncthreads();
 
-  // One tile per CTA, or (persistent) tiles blockIdx.x, blockIdx.x + gridDim.x, ...: both roles
+  // One tile per CTA, or (persistent) one per round of gridDim.x tiles (Sm90TileWalk): both roles
   // walk the same sequence, so their ring positions and Q phases stay in step.
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
   Sm90TileLoopState<Config::kStages> state;
@@ -69,8 +72,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
       tma_prefetch_descriptor(&map_v);
-      for (int64_t index = blockIdx.x; index < num_tiles; index += gridDim.x) {
-        const Sm90Tile tile = sm90_tile_of<Config>(params, static_cast<int>(index));
+      Sm90TileWalk walk(num_tiles);
+      for (int index = 0; walk.next(index);) {
+        const Sm90Tile tile = sm90_tile_of<Config>(params, index);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
@@ -80,18 +84,24 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();
     const int consumer = warpgroup - 1;
-    for (int64_t index = blockIdx.x; index < num_tiles; index += gridDim.x) {
-      const Sm90Tile tile = sm90_tile_of<Config>(params, static_cast<int>(index));
+    Sm90QRelease release;
+    if (kPersistent) {
+      release.q_empty = smem.q_empty();
+      release.early = Config::kSeparateOStaging;
+    }
+    Sm90TileWalk walk(num_tiles);
+    for (int index = 0; walk.next(index);) {
+      const Sm90Tile tile = sm90_tile_of<Config>(params, index);
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
           mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
-      if constexpr (kSchedule == Sm90Schedule::kPlain) {
-        sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
-                                              thread_in_warpgroup);
+      if constexpr (sm90_is_overlapped(kSchedule)) {
+        constexpr bool kPingPong = kSchedule != Sm90Schedule::kOverlapOnly;
+        sm90_consume_overlapped<kDType, Config, kCausal, kPingPong>(
+            smem, &map_o, params, tile, kv_tiles, consumer, thread_in_warpgroup, state, release);
       } else {
-        sm90_consume_overlapped<kDType, Config, kCausal>(
-            smem, &map_o, params, tile, kv_tiles, consumer, thread_in_warpgroup, state,
-            kPersistent ? smem.q_empty() : nullptr);
+        sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
+                                              thread_in_warpgroup, state, release);
       }
     }
     if (kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // the last O store

@@ -61,7 +61,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
   int64_t grid = num_tiles;
-  if constexpr (kSchedule == Sm90Schedule::kPersistent) {
+  if constexpr (sm90_is_persistent(kSchedule)) {
     int num_sms = params.num_sms;
     if (num_sms <= 0) {
       int device = 0;
@@ -78,8 +78,17 @@ void run_sm90_forward_configured(const AttentionParams& params) {
 
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  run_sm90_forward_configured<kDType, Sm90TileConfig<kHeadDim>, kCausal,
-                              sm90_default_schedule(kHeadDim)>(params);
+  constexpr Sm90TileShape kShort = sm90_tile_row(kHeadDim, kCausal, /*short_row=*/true);
+  constexpr Sm90TileShape kGeneral = sm90_tile_row(kHeadDim, kCausal, /*short_row=*/false);
+  if constexpr (kShort.max_seqlen_q != kAnySeqlen) {
+    if (params.seqlen_q <= kShort.max_seqlen_q) {
+      using Config = Sm90TileConfig<kHeadDim, kShort.block_n, kShort.stages, kShort.consumers>;
+      run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShort)>(params);
+      return;
+    }
+  }
+  using Config = Sm90TileConfig<kHeadDim, kGeneral.block_n, kGeneral.stages, kGeneral.consumers>;
+  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kGeneral)>(params);
 }
 
 }  // namespace flashcore::detail

@@ -1,11 +1,12 @@
 // The producer of the Hopper kernel: one thread of warpgroup 0 issues every TMA load of a tile.
 //
+//   K tile 0 (wait k_empty[s])  -> k_full[s]
 //   (persistent: wait q_empty)
-//   Q (once per tile)   -> q_full
-//   for each KV tile j (last to first, the order the consumers visit them):
-//     wait kv_empty[s]  (both consumers released the stage)
-//     K tile j          -> k_full[s]   (separate barrier: S = Q K^T starts before V lands)
-//     V tile j          -> v_full[s]
+//   Q (once per tile)           -> q_full
+//   for j = 1 .. n-1 (KV tiles last to first, the order the consumers visit them):
+//     wait k_empty[s_j];   K tile j   -> k_full[s_j]
+//     wait v_empty[s_j-1]; V tile j-1 -> v_full[s_j-1]
+//   wait v_empty; V tile n-1 -> v_full
 #pragma once
 
 #include <cuda.h>
@@ -41,33 +42,34 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
   }
 }
 
-// Loads K and V of the KV tile visited at `step` into the ring's next stage.
+// Loads K (or V) of the KV tile visited at `step` into the ring's next K (or V) stage, once both
+// consumers released that stage.
 template <class Config>
-__device__ __forceinline__ void sm90_load_kv(const Sm90SmemLayout<Config>& smem,
-                                             const Sm90TensorMaps& maps, const Sm90Tile& tile,
-                                             int kv_head, const KvTileRange& kv_tiles, int step,
-                                             RingPosition<Config::kStages>& ring) {
+__device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& smem,
+                                                  const CUtensorMap* map, bool is_v,
+                                                  const Sm90Tile& tile, int kv_head,
+                                                  const KvTileRange& kv_tiles, int step,
+                                                  RingPosition<Config::kStages>& ring) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
   const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
-  mbarrier_wait_parity(smem.kv_empty(ring.stage), ring.phase ^ 1);
-  mbarrier_arrive_expect_tx(smem.k_full(ring.stage), Config::kKVTileBytes);
+  uint64_t* empty = is_v ? smem.v_empty(ring.stage) : smem.k_empty(ring.stage);
+  uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
+  uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
+  mbarrier_wait_parity(empty, ring.phase ^ 1);
+  mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(smem.k_tile(ring.stage) + block * kBoxBytesKV, maps.k, smem.k_full(ring.stage),
-                block * Config::kBoxCols, n_begin, kv_head, tile.batch);
-  }
-  mbarrier_arrive_expect_tx(smem.v_full(ring.stage), Config::kKVTileBytes);
-#pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(smem.v_tile(ring.stage) + block * kBoxBytesKV, maps.v, smem.v_full(ring.stage),
-                block * Config::kBoxCols, n_begin, kv_head, tile.batch);
+    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, n_begin, kv_head,
+                tile.batch);
   }
   ring.advance();
 }
 
-// All loads of one output tile. With `persistent`, the Q slabs may still hold the previous tile
-// (its Q, or its O being stored): the first K/V tile is loaded before waiting for q_empty, so it
-// lands under the previous tile's epilogue.
+// All loads of one output tile, in the order the consumers need them with the overlapped schedule:
+// K_0, Q, then K_{j+1} before V_j (the plain schedule, which needs V_j first, is fine with it: K_{j+1}
+// only waits for K_{j+1-stages}, released before V_j is needed). With `persistent`, the Q slabs
+// may still hold the previous tile: K_0 is loaded before waiting for q_empty, so it lands under the
+// previous tile's epilogue.
 template <class Config>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
@@ -76,13 +78,16 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              Sm90TileLoopState<Config::kStages>& state) {
   const int kv_head = params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
-  int step = 0;
-  if (persistent) {
-    if (count > 0) sm90_load_kv(smem, maps, tile, kv_head, kv_tiles, step++, state.ring);
-    mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
-  }
+  RingPosition<Config::kStages> k_ring = state.ring, v_ring = state.ring;
+  if (count > 0) sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
+  if (persistent) mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
   sm90_load_q(smem, maps, tile);
-  for (; step < count; ++step) sm90_load_kv(smem, maps, tile, kv_head, kv_tiles, step, state.ring);
+  for (int step = 1; step < count; ++step) {
+    sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
+    sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, step - 1, v_ring);
+  }
+  if (count > 0) sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, count - 1, v_ring);
+  state.ring = k_ring;  // both rings advanced `count` times
   state.q_phase ^= 1;
 }
 

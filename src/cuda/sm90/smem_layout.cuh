@@ -1,6 +1,7 @@
 // Where each tile of the Hopper kernel lives in dynamic shared memory.
 //
-//   [Q: consumer 0 slab | consumer 1 slab] [K stage 0 .. S-1] [V stage 0 .. S-1] [mbarriers]
+//   [Q: consumer 0 slab | consumer 1 slab] [K stage 0 .. S-1] [V stage 0 .. S-1]
+//   [O staging: consumer 0 | consumer 1, where it fits] [mbarriers]
 //
 // Every tile is a column-block tile (see cuda/ptx/smem_descriptor.cuh) starting on a 1024-byte
 // boundary, as the 128-byte swizzle of TMA and wgmma requires. A consumer's Q slab is reused to
@@ -35,9 +36,20 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint8_t* v_tile(int stage) const {
     return base + Config::kQBytes + (Config::kStages + stage) * Config::kKVTileBytes;
   }
+  // O of a consumer for its TMA store: its own buffer where the tile leaves room, else the
+  // consumer's Q slab (free once its last S = Q K^T has completed).
+  __device__ __forceinline__ uint8_t* o_staging(int consumer) const {
+    if constexpr (Config::kSeparateOStaging) {
+      return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes +
+             consumer * Config::kQSlabBytes;
+    } else {
+      return q_slab(consumer);
+    }
+  }
   __device__ __forceinline__ uint64_t* barriers() const {
+    constexpr int kStagingBytes = Config::kSeparateOStaging ? Config::kQBytes : 0;
     return reinterpret_cast<uint64_t*>(base + Config::kQBytes +
-                                       2 * Config::kStages * Config::kKVTileBytes);
+                                       2 * Config::kStages * Config::kKVTileBytes + kStagingBytes);
   }
   // Q landed (one arrival: the producer's expect_tx, plus the TMA bytes).
   __device__ __forceinline__ uint64_t* q_full() const { return barriers(); }
@@ -46,14 +58,19 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint64_t* v_full(int stage) const {
     return barriers() + 1 + Config::kStages + stage;
   }
-  // Both consumers finished reading K and V of a stage (every consumer thread arrives).
-  __device__ __forceinline__ uint64_t* kv_empty(int stage) const {
+  // Both consumers finished reading K (their S = Q K^T completed) / V (O += P V completed) of a
+  // stage; every consumer thread arrives. Separate, so K of the tile after next can load while the
+  // overlapped schedule still holds V of the previous tile.
+  __device__ __forceinline__ uint64_t* k_empty(int stage) const {
     return barriers() + 1 + 2 * Config::kStages + stage;
   }
-  // Persistent schedule: both consumers are done with their Q slabs, including the TMA store of O
-  // staged there (one arrival per consumer warpgroup), so the next tile's Q may be loaded.
+  __device__ __forceinline__ uint64_t* v_empty(int stage) const {
+    return barriers() + 1 + 3 * Config::kStages + stage;
+  }
+  // Persistent schedules: both consumers are done with their Q slabs (Config::kQEmptyArrivals
+  // arrivals), so the next tile's Q may be loaded.
   __device__ __forceinline__ uint64_t* q_empty() const {
-    return barriers() + 1 + 3 * Config::kStages;
+    return barriers() + 1 + 4 * Config::kStages;
   }
 };
 

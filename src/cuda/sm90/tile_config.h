@@ -18,50 +18,89 @@ enum class Sm90Schedule : int {
   kOverlapPingPong = 1,  // stage 3: QK^T of tile t+1 beside PV of tile t, warpgroups take turns
   kPersistent = 2,       // stage 4: kOverlapPingPong in persistent CTAs (one per SM) striding
                          // over the tiles, the next tile's loads overlapping this one's epilogue
+  kPersistentPlain = 3,  // kPlain consumers in persistent CTAs
+  kOverlapOnly = 4,      // kOverlapPingPong without the turn barriers (measures what they do)
 };
+
+constexpr bool sm90_is_persistent(Sm90Schedule schedule) {
+  return schedule == Sm90Schedule::kPersistent || schedule == Sm90Schedule::kPersistentPlain;
+}
+constexpr bool sm90_is_overlapped(Sm90Schedule schedule) {
+  return schedule == Sm90Schedule::kOverlapPingPong || schedule == Sm90Schedule::kPersistent ||
+         schedule == Sm90Schedule::kOverlapOnly;
+}
 
 struct Sm90TileShape {
   int head_dim;
+  bool causal;
+  int max_seqlen_q;       // the row serves calls with seqlen_q up to this (kAnySeqlen: all)
   int block_n;            // keys per K/V tile
   int stages;             // K/V tiles in flight in the shared-memory ring
-  Sm90Schedule schedule;  // what run_sm90_forward launches for this head_dim
+  Sm90Schedule schedule;  // what run_sm90_forward launches
+  int consumers;          // consumer warpgroups of 64 query rows: BLOCK_M = 64 x consumers
 };
 
-// The table: the fastest correct configuration per head_dim measured on an H200 (bf16, seqlen
-// 2k..16k, causal and not; docs/kernels_sm90.md has the sweeps behind each row).
+constexpr int kAnySeqlen = 0x7fffffff;
+
+// The table: the fastest correct configuration per head_dim, mask and sequence length measured
+// on an H200 (bf16, seqlen 1k..16k; docs/kernels_sm90.md has the sweeps behind each row). Per
+// (head_dim, causal) at most two rows: one for short sequences (first) and one for all others
+// (last, max_seqlen_q = kAnySeqlen).
 constexpr Sm90TileShape kSm90TileTable[] = {
-    {64, 128, 3, Sm90Schedule::kOverlapPingPong},   // 423 / 439 TFLOPS at 16k vs plain 415 / 441
-    {128, 128, 3, Sm90Schedule::kOverlapPingPong},  // 601 / 639 at 16k vs plain 561 / 592
-    {256, 80, 2, Sm90Schedule::kPlain},  // 80 not 128: two 40 KB stages and the 64 KB Q fit
-                                         // 227 KB; plain 690 / 688 at 16k vs overlap 545 / 576
+    // d64: BLOCK_M 192 (three consumers, FA3's choice): 515-530 TFLOPS at 8k-16k vs 450-460 with two
+    {64, false, 4096, 128, 2, Sm90Schedule::kPersistent, 3},
+    {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kOverlapPingPong, 3},
+    {64, true, 4096, 128, 2, Sm90Schedule::kPersistent, 3},
+    {64, true, kAnySeqlen, 128, 3, Sm90Schedule::kOverlapPingPong, 3},
+    {128, false, 4096, 128, 2, Sm90Schedule::kPersistent, 2},
+    {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
+    {128, true, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
+    {128, true, kAnySeqlen, 128, 2, Sm90Schedule::kOverlapPingPong, 2},
+    // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory
+    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},
+    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},
+    {256, true, 2048, 80, 2, Sm90Schedule::kPersistent, 2},
+    {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},
 };
 
-constexpr Sm90TileShape sm90_tile_shape(int head_dim) {
+// The row for (head_dim, causal): the short-sequence one (first match) or the general one (last).
+constexpr Sm90TileShape sm90_tile_row(int head_dim, bool causal, bool short_row) {
+  Sm90TileShape found{0, false, 0, 0, 0, Sm90Schedule::kPlain, 2};
   for (const Sm90TileShape& shape : kSm90TileTable) {
-    if (shape.head_dim == head_dim) return shape;
+    if (shape.head_dim == head_dim && shape.causal == causal) {
+      found = shape;
+      if (short_row) return found;
+    }
   }
-  return Sm90TileShape{0, 0, 0, Sm90Schedule::kPlain};
+  return found;
+}
+
+constexpr Sm90TileShape sm90_tile_shape(int head_dim, bool causal = false) {
+  return sm90_tile_row(head_dim, causal, /*short_row=*/false);
 }
 
 // The schedule run_sm90_forward uses: the table's row, or for experiments every head_dim forced
-// to one schedule at build time with -DFLASHCORE_SM90_SCHEDULE=0|1|2.
-constexpr Sm90Schedule sm90_default_schedule(int head_dim) {
+// to one schedule at build time with -DFLASHCORE_SM90_SCHEDULE=0|1|2|3|4.
+constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
 #ifdef FLASHCORE_SM90_SCHEDULE
-  return head_dim > 0 ? static_cast<Sm90Schedule>(FLASHCORE_SM90_SCHEDULE) : Sm90Schedule::kPlain;
+  return row.head_dim > 0 ? static_cast<Sm90Schedule>(FLASHCORE_SM90_SCHEDULE)
+                          : Sm90Schedule::kPlain;
 #else
-  return sm90_tile_shape(head_dim).schedule;
+  return row.schedule;
 #endif
 }
 
 // A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
 // (dev/sm90/check_sm90 --sweep).
 template <int kHeadDim_, int kBlockN_ = sm90_tile_shape(kHeadDim_).block_n,
-          int kStages_ = sm90_tile_shape(kHeadDim_).stages>
+          int kStages_ = sm90_tile_shape(kHeadDim_).stages,
+          int kConsumers_ = sm90_tile_shape(kHeadDim_).consumers>
 struct Sm90TileConfig {
   static_assert(kBlockN_ > 0 && kStages_ > 0, "head_dim has no row in kSm90TileTable");
+  static_assert(kConsumers_ == 2 || kConsumers_ == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerWarpgroups = kConsumers_;
   static constexpr int kRowsPerConsumer = 64;  // wgmma M
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
   static constexpr int kBlockN = kBlockN_;
@@ -74,10 +113,13 @@ struct Sm90TileConfig {
   // of the SM; at launch __launch_bounds__(384, 1) caps every thread at 168 (65536 / 384, rounded
   // down to 8). Tiles whose O + S + P registers plus ~40 for addresses and softmax state pass 232
   // take the 24 / 240 split (the producer loop fits 24).
+  // Three consumers (BLOCK_M 192, 512 threads): 24 x 128 + 160 x 384 = 64512.
   static constexpr int kConsumerRegisterEstimate = kHeadDim / 2 + kBlockN / 2 + kBlockN / 4 + 40;
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
-  static constexpr int kProducerRegisters = kWideConsumers ? 24 : 40;
-  static constexpr int kConsumerRegisters = kWideConsumers ? 240 : 232;
+  static constexpr int kProducerRegisters = kConsumers_ == 3 ? 24 : kWideConsumers ? 24 : 40;
+  static constexpr int kConsumerRegisters = kConsumers_ == 3 ? 160 : kWideConsumers ? 240 : 232;
+  static_assert(kConsumers_ == 2 || kConsumerRegisterEstimate <= 160 + 8,
+                "three consumers leave 160 registers each: O + S + P of this tile do not fit");
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
@@ -89,11 +131,21 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  static constexpr int kBarrierBytes = 8 * (2 + 3 * kStages);  // q full/empty, k/v full, kv empty
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);  // q full/empty, k/v full/empty
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
-  static constexpr int kSmemBytes =
+  static constexpr int kMaxSmemBytes = 227 * 1024;
+  static constexpr int kCoreSmemBytes =
       kQBytes + 2 * kStages * kKVTileBytes + kBarrierBytes + kAlignmentSlack;
-  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit the 227 KB of shared memory");
+  static_assert(kCoreSmemBytes <= kMaxSmemBytes, "tile does not fit the 227 KB of shared memory");
+  // Where it fits, O is staged for its TMA store in a buffer of its own instead of the Q slabs, so
+  // a persistent CTA can load the next tile's Q as soon as the last S = Q K^T has completed
+  // (before the epilogue) instead of after the O store has read the slab.
+  static constexpr bool kSeparateOStaging = kCoreSmemBytes + kQBytes <= kMaxSmemBytes;
+  static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kQBytes : 0);
+  // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread
+  // after its last S wgmma completed (separate staging), else one thread per consumer after the O
+  // store has read the slab.
+  static constexpr int kQEmptyArrivals = kSeparateOStaging ? kConsumerThreads : kConsumerWarpgroups;
 };
 
 }  // namespace flashcore::detail
