@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         const __grid_constant__ CUtensorMap map_k,
                         const __grid_constant__ CUtensorMap map_v,
                         const __grid_constant__ CUtensorMap map_o,
-                        const __grid_constant__ AttentionParams params) {
+                        const __grid_constant__ AttentionParams params,
+                        uint32_t* tile_counter) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
@@ -61,8 +62,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   }
   __syncthreads();
 
-  // One tile per CTA, or (persistent) one per round of gridDim.x tiles (Sm90TileWalk): both roles
-  // walk the same sequence, so their ring positions and Q phases stay in step.
+  // One tile per CTA, or (persistent) tiles claimed one after another (sm90_claim_next_tile): the
+  // producer claims, the consumers read each index from the tile slot once Q has landed, so both
+  // roles walk the same sequence and their ring positions and Q phases stay in step.
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
@@ -72,13 +74,21 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       tma_prefetch_descriptor(&map_q);
       tma_prefetch_descriptor(&map_k);
       tma_prefetch_descriptor(&map_v);
-      Sm90TileWalk walk(num_tiles);
-      for (int index = 0; walk.next(index);) {
+      int index = blockIdx.x;
+      while (index < num_tiles) {
         const Sm90Tile tile = sm90_tile_of<Config>(params, index);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
-        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, state);
+        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, index, state);
+        if (!kPersistent) break;
+        index = sm90_claim_next_tile(tile_counter);
+      }
+      if (kPersistent) {  // tell the consumers there is no further tile
+        sm90_finish_claims(tile_counter);
+        mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
+        *smem.tile_slot() = -1;
+        mbarrier_arrive(smem.q_full());
       }
     }
   } else {
@@ -89,8 +99,13 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       release.q_empty = smem.q_empty();
       release.early = Config::kSeparateOStaging;
     }
-    Sm90TileWalk walk(num_tiles);
-    for (int index = 0; walk.next(index);) {
+    int index = blockIdx.x;
+    while (true) {
+      if (kPersistent) {
+        mbarrier_wait_parity(smem.q_full(), state.q_phase);  // waited again (at once) below
+        index = *static_cast<volatile int*>(smem.tile_slot());
+        if (index < 0) break;
+      }
       const Sm90Tile tile = sm90_tile_of<Config>(params, index);
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
@@ -103,6 +118,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
                                               thread_in_warpgroup, state, release);
       }
+      if (!kPersistent) break;
     }
     if (kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // the last O store
   }

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "common/params.h"
@@ -16,6 +18,32 @@
 #include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
+
+// Tile counters of the persistent schedules (two uint32 per launch: claims, CTAs done claiming;
+// see sm90_claim_next_tile). A pool per device, zeroed once; the kernel resets the counters it
+// used, and launches take slots round-robin so that launches running at once on different streams
+// use different counters.
+inline uint32_t* sm90_tile_counter_slot() {
+  constexpr int kSlots = 256;       // launches that may run at once
+  constexpr int kMaxDevices = 64;
+  static std::mutex mutex;
+  static uint32_t* pools[kMaxDevices] = {};
+  static unsigned next_slot[kMaxDevices] = {};
+  int device = 0;
+  FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= kMaxDevices) {
+    throw Error("sm90 backend: device index " + std::to_string(device) + " is past the " +
+                std::to_string(kMaxDevices) + " devices the tile-counter pool covers");
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  if (pools[device] == nullptr) {
+    const size_t bytes = sizeof(uint32_t) * 2 * kSlots;
+    FLASHCORE_CUDA_CHECK(cudaMalloc(&pools[device], bytes));
+    FLASHCORE_CUDA_CHECK(cudaMemset(pools[device], 0, bytes));
+    FLASHCORE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  return pools[device] + 2 * (next_slot[device]++ % kSlots);
+}
 
 // The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
 // both schedules and sweeps tile configurations).
@@ -61,7 +89,9 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
   int64_t grid = num_tiles;
+  uint32_t* tile_counter = nullptr;
   if constexpr (sm90_is_persistent(kSchedule)) {
+    tile_counter = sm90_tile_counter_slot();
     int num_sms = params.num_sms;
     if (num_sms <= 0) {
       int device = 0;
@@ -72,7 +102,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
   }
   kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
-      map_q, map_k, map_v, map_o, params);
+      map_q, map_k, map_v, map_o, params, tile_counter);
   FLASHCORE_CHECK_LAUNCH();
 }
 

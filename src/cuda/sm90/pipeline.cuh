@@ -64,28 +64,22 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
   return tile;
 }
 
-// The tiles one CTA computes, in order: its own one (one CTA per tile), or (persistent) one per
-// round of gridDim.x consecutive tiles, taken from the front of the round on even rounds and from
-// the back on odd rounds. The tile order runs from long to short KV ranges (causal), so this
-// serpentine hands every CTA about the same work; plain striding gave CTA 0 the longest tile of
-// every round and ran the causal schedules ~15% slower.
-struct Sm90TileWalk {
-  int64_t num_tiles;
-  int64_t round = 0;
-  __device__ __forceinline__ explicit Sm90TileWalk(int64_t tiles) : num_tiles(tiles) {}
-  __device__ __forceinline__ bool next(int& index) {
-    while (true) {
-      const int64_t base = round * gridDim.x;
-      if (base >= num_tiles) return false;
-      const int64_t candidate = base + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-      ++round;
-      if (candidate < num_tiles) {
-        index = static_cast<int>(candidate);
-        return true;
-      }
-    }
+// Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next unclaimed
+// tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short causal tiles
+// take more of them. The producer thread claims and publishes each index to the consumers through
+// the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done claiming; the last
+// of those resets both, so the slot is ready for a later launch (the launcher hands out slots
+// round-robin, so launches running at once use different ones).
+__device__ __forceinline__ int sm90_claim_next_tile(uint32_t* counter) {
+  return static_cast<int>(gridDim.x + atomicAdd(counter, 1u));
+}
+__device__ __forceinline__ void sm90_finish_claims(uint32_t* counter) {
+  __threadfence();
+  if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
+    atomicExch(counter, 0u);
+    atomicExch(counter + 1, 0u);
   }
-};
+}
 
 // Position in the ring of K/V stages: the stage to use and the parity of the barrier phase that
 // marks it full (consumers wait for `phase`) or empty (the producer waits for `phase ^ 1`, which

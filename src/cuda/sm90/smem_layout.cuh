@@ -72,6 +72,11 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint64_t* q_empty() const {
     return barriers() + 1 + 4 * Config::kStages;
   }
+  // Persistent schedules: the tile index the producer fetched for the Q now loading (-1: no more
+  // tiles). Written before the producer's arrival on q_full, read after the consumers' wait.
+  __device__ __forceinline__ int* tile_slot() const {
+    return reinterpret_cast<int*>(barriers() + 2 + 4 * Config::kStages);
+  }
 };
 
 }  // namespace flashcore::detail
