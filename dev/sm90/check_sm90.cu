@@ -8,6 +8,7 @@
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
 //                      [--schedule plain|overlap|persistent] [--sweep] [--variants a,b,!c] [--list]
+//                      [--seqlen N (timing shapes of that seqlen only)]
 // --variants picks table and sweep variants by name prefix ('!x' drops names containing x);
 // --list prints every variant name.
 // All schedules of the tile table by default (plain = stage 2; overlap = stage 3 intra-warpgroup
@@ -117,14 +118,16 @@ const char* schedule_tag(Sm90Schedule schedule) {
   return "?";
 }
 
-template <Sm90Schedule kSchedule, int kHeadDim, int kBlockN, int kStages, int kConsumers = 2>
+template <Sm90Schedule kSchedule, int kHeadDim, int kBlockN, int kStages, int kConsumers = 2,
+          int kL2MiB = kSm90L2ReuseMiB>
 Variant sweep_variant() {
   char name[96];
-  std::snprintf(name, sizeof(name), "%s_d%d_n%d_s%d%s", schedule_tag(kSchedule), kHeadDim, kBlockN,
-                kStages, kConsumers == 3 ? "_m192" : "");
-  return Variant{name, kHeadDim, true,
-                 run_config<DType::kBFloat16, Sm90TileConfig<kHeadDim, kBlockN, kStages, kConsumers>,
-                            kSchedule>};
+  char l2[16] = "";
+  if (kL2MiB != kSm90L2ReuseMiB) std::snprintf(l2, sizeof(l2), "_l%d", kL2MiB);
+  std::snprintf(name, sizeof(name), "%s_d%d_n%d_s%d%s%s", schedule_tag(kSchedule), kHeadDim,
+                kBlockN, kStages, kConsumers == 3 ? "_m192" : "", l2);
+  using Config = Sm90TileConfig<kHeadDim, kBlockN, kStages, kConsumers, kL2MiB>;
+  return Variant{name, kHeadDim, true, run_config<DType::kBFloat16, Config, kSchedule>};
 }
 
 // What the library runs (run_sm90_forward: the tile table's configuration and schedule).
@@ -188,6 +191,16 @@ std::vector<Variant> sweep_variants() {
       sweep_variant<S::kOverlapPingPong, 256, 64, 2>(),
       sweep_variant<S::kPersistent, 256, 80, 2>(),
       sweep_variant<S::kPersistentPlain, 256, 80, 2>(),
+      // L2 section size (MiB of K/V per section; default kSm90L2ReuseMiB = 8)
+      sweep_variant<S::kPersistent, 64, 128, 2, 3, 24>(),
+      sweep_variant<S::kPersistent, 128, 128, 2, 2, 4>(),
+      sweep_variant<S::kPersistent, 128, 128, 2, 2, 24>(),
+      sweep_variant<S::kPersistent, 128, 128, 2, 2, 16>(),
+      sweep_variant<S::kPersistent, 128, 96, 3>(),
+      sweep_variant<S::kPersistent, 128, 160, 2, 2, 24>(),
+      sweep_variant<S::kOverlapPingPong, 128, 176, 2, 2, 24>(),
+      sweep_variant<S::kPersistent, 256, 80, 2, 2, 24>(),
+      sweep_variant<S::kOverlapPingPong, 256, 80, 2, 2, 24>(),
   };
 }
 
@@ -362,7 +375,7 @@ bool selected(const std::string& name, const std::string& list) {
 
 int main(int argc, char** argv) {
   bool timing = true, checking = true, sweep = false;
-  int only_hd = 0;
+  int only_hd = 0, only_seqlen = 0;
   std::string only_schedule, variant_list;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
@@ -371,6 +384,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) only_schedule = argv[++i];
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variant_list = argv[++i];
+    if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc) only_seqlen = std::atoi(argv[++i]);
   }
   std::vector<Variant> variants;
   if (!variant_list.empty()) {  // any table or sweep variant by name
@@ -419,6 +433,7 @@ int main(int argc, char** argv) {
   if (timing) {
     // One set of inputs per shape, shared by every variant that takes it.
     for (const ProblemShape& shape : timing_shapes()) {
+      if (only_seqlen && shape.seqlen_q != only_seqlen) continue;
       std::vector<const Variant*> takers;
       for (size_t i = 0; i < variants.size(); ++i)
         if (variant_ok[i] && variant_takes(variants[i], shape, only_hd))

@@ -137,6 +137,7 @@ class Cta:
         self.v_empty = [MBarrier(f"v_empty{s}", 256) for s in range(stages)]
         self.turn = [NamedBarrier("turn0", "c0"), NamedBarrier("turn1", "c1")]
         self.async_events = []  # pending TMA completions: callables
+        self.slot = None  # persistent schedules: the tile slot in shared memory
 
     # --- producer (producer.cuh) ---
     def load(self, kind, tile_id, step, ring):
@@ -162,6 +163,7 @@ class Cta:
                 yield from self.load("k", tile_id, 0, k_ring)
             if self.persistent:
                 yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
+                self.slot = tile_id  # the claimed tile index, published by the q_full arrival
             self.q_full.arrive_expect_tx(Q_BYTES)
 
             def land_q(tile_id=tile_id):
@@ -177,6 +179,14 @@ class Cta:
                 yield from self.load("v", tile_id, count - 1, v_ring)
             ring = k_ring
             q_phase ^= 1
+        if self.persistent:  # no further tile: slot -1, q_full completes without bytes
+            yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
+            self.slot = -1
+            self.q_full.arrive()
+
+    def read_slot(self, who, expected):
+        if self.persistent and self.slot != expected:
+            raise ModelError(f"{who} reads tile slot {self.slot}, expected {expected}")
 
     # --- consumers ---
     def wgmma_wait(self, who, reads):
@@ -217,6 +227,7 @@ class Cta:
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
+            self.read_slot(who, tile_id)
             if count == 0:
                 self.release_q_after_last_qk()
             for step in range(count):
@@ -235,6 +246,9 @@ class Cta:
                 ring.advance()
             yield from self.epilogue(c, tile_id)
             q_phase ^= 1
+        if self.persistent:
+            yield lambda qp=q_phase: self.q_full.passed(qp)
+            self.read_slot(who, -1)
 
     def turn_begin(self, c):
         generation = self.turn[c].sync(f"c{c}")
@@ -249,6 +263,7 @@ class Cta:
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
+            self.read_slot(who, tile_id)
             if count == 0:
                 self.release_q_after_last_qk()
             if count > 0:
@@ -291,6 +306,9 @@ class Cta:
                 ring.advance()
             yield from self.epilogue(c, tile_id)
             q_phase ^= 1
+        if self.persistent:
+            yield lambda qp=q_phase: self.q_full.passed(qp)
+            self.read_slot(who, -1)
 
     def run(self):
         plain = self.schedule in ("plain", "pplain")

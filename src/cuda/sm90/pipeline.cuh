@@ -25,17 +25,13 @@ FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params) {
   return m_blocks * params.heads_q * params.batch;
 }
 
-// Bytes of K and V that the CTAs running at one time should share through the L2 (50 MB on an
-// H100 / H200; half of it leaves room for the Q and O streams and for stragglers).
-constexpr int64_t kL2ReuseBytes = int64_t(24) << 20;
-
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
 // Query heads of one KV group count once (they read the same K/V).
 template <class Config>
 FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
   const int64_t kv_bytes = int64_t(params.seqlen_k) * Config::kHeadDim * 2 * Config::kElementBytes;
   const int group = params.heads_kv > 0 ? params.heads_q / params.heads_kv : 1;
-  const int64_t kv_heads = kv_bytes > 0 ? kL2ReuseBytes / kv_bytes : kL2ReuseBytes;
+  const int64_t kv_heads = kv_bytes > 0 ? Config::kL2ReuseBytes / kv_bytes : Config::kL2ReuseBytes;
   const int64_t heads = (kv_heads > 0 ? kv_heads : 1) * (group > 0 ? group : 1);
   const int64_t total = int64_t(params.heads_q) * params.batch;
   return static_cast<int>(heads < total ? heads : total);

@@ -46,20 +46,24 @@ constexpr int kAnySeqlen = 0x7fffffff;
 // on an H200 (bf16, seqlen 1k..16k; docs/kernels_sm90.md has the sweeps behind each row). Per
 // (head_dim, causal) at most two rows: one for short sequences (first) and one for all others
 // (last, max_seqlen_q = kAnySeqlen).
+// TFLOPS in the comments: H200, bf16, 8 MiB L2 sections (docs/kernels_sm90.md, runs 4-6).
 constexpr Sm90TileShape kSm90TileTable[] = {
-    // d64: BLOCK_M 192 (three consumers, FA3's choice): 507-541 TFLOPS at 4k-16k vs 420-460 with two
+    // d64: BLOCK_M 192 (three consumers, FA3's choice): 507-541 at 4k-16k vs 420-460 with two.
+    // Persistent: 475 / 389 at 2k / 1k vs 462 / 366 overlapped; equal at 16k.
     {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
-    {64, true, 4096, 128, 2, Sm90Schedule::kPersistent, 3},
-    {64, true, kAnySeqlen, 128, 3, Sm90Schedule::kOverlapPingPong, 3},
+    {64, true, 4096, 128, 2, Sm90Schedule::kPersistent, 3},  // 257 / 374 / 440 at 1k / 2k / 4k
+    {64, true, kAnySeqlen, 128, 3, Sm90Schedule::kOverlapPingPong, 3},  // 520 at 16k
+    // d128: persistent n128 s2 (own O staging) 539 / 604 / 602 at 1k / 2k / 4k vs overlap n176
+    // 489 / 573 / 596; overlap n176 670 at 16k vs 642 persistent n128.
     {128, false, 4096, 128, 2, Sm90Schedule::kPersistent, 2},
     {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
-    {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},
-    {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},
-    // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory
-    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},
-    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},
-    {256, true, 4096, 80, 2, Sm90Schedule::kPersistent, 2},
-    {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},
+    {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},   // 413 / 519 / 598 at 1k / 2k / 4k
+    {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 663 at 16k
+    // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory.
+    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 589 / 669 / 711 at 1k / 2k / 4k
+    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 706 at 16k
+    {256, true, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 425 / 543 / 629 at 1k / 2k / 4k
+    {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 763 at 16k
 };
 
 // The row for (head_dim, causal): the short-sequence one (first match) or the general one (last).
@@ -89,17 +93,25 @@ constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
 #endif
 }
 
+// MiB of K/V per L2 section of the tile order (sm90_tile_of). 8 beat 24, 16 and 4 by 1-4% at
+// 1k-16k on the H200 (persistent CTAs claim tiles dynamically, so small sections cost no balance).
+constexpr int kSm90L2ReuseMiB = 8;
+
 // A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
 // (dev/sm90/check_sm90 --sweep).
 template <int kHeadDim_, int kBlockN_ = sm90_tile_shape(kHeadDim_).block_n,
           int kStages_ = sm90_tile_shape(kHeadDim_).stages,
-          int kConsumers_ = sm90_tile_shape(kHeadDim_).consumers>
+          int kConsumers_ = sm90_tile_shape(kHeadDim_).consumers,
+          int kL2ReuseMiB_ = kSm90L2ReuseMiB>
 struct Sm90TileConfig {
   static_assert(kBlockN_ > 0 && kStages_ > 0, "head_dim has no row in kSm90TileTable");
   static_assert(kConsumers_ == 2 || kConsumers_ == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumers_;
+  // Bytes of K and V that the CTAs running at one time should share through the L2 (50 MB on an
+  // H100 / H200): the tile order's section size (sm90_tile_of).
+  static constexpr int64_t kL2ReuseBytes = int64_t(kL2ReuseMiB_) << 20;
   static constexpr int kRowsPerConsumer = 64;  // wgmma M
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
   static constexpr int kBlockN = kBlockN_;
