@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# compute-sanitizer (memcheck, racecheck, synccheck) over each CUDA kernel on a small causal GQA
+# case with tails in both sequence directions (issue 3 and 4 acceptance). Needs a built
+# flashcore-bench; prints one line per (tool, backend, case) and exits 1 on any finding.
+#
+#   BUILD_DIR=build bash tools/device/sanitize.sh [backends...]     # default: sm80 sm90
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+BENCH=${BUILD_DIR:-build}/bench/flashcore-bench
+SANITIZER=${SANITIZER:-compute-sanitizer}
+backends=("$@")
+[ ${#backends[@]} -gt 0 ] || backends=(sm80 sm90)
+
+# Tails on both sides of a 128-row tile, seqlen_q < seqlen_k and the reverse (rows with no key),
+# GQA 4:1; one run, no warm-up: the sanitizers slow kernels 10-100x.
+cases=(
+  "--batch 2 --seqlen-q 100 --seqlen-k 177 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--batch 1 --seqlen-q 300 --seqlen-k 65 --heads-q 4 --heads-kv 1 --head-dim 64 --causal"
+  "--batch 1 --seqlen-q 129 --seqlen-k 129 --heads-q 2 --heads-kv 2 --head-dim 256 --dtype bf16"
+)
+status=0
+for tool in memcheck racecheck synccheck; do
+  for backend in "${backends[@]}"; do
+    for case in "${cases[@]}"; do
+      # shellcheck disable=SC2086  # $case is a list of flags
+      out=$(timeout 300 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$BENCH" \
+              --backend "$backend" $case --iters 1 --warmup 0 --check-rows 32 2>&1)
+      rc=$?
+      summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" <<<"$out" | tail -n 1)
+      verdict=clean
+      [ "$rc" -eq 0 ] || { verdict="FINDINGS rc=$rc"; status=1; }
+      echo "$tool | $backend | $case | $verdict | ${summary:-no summary line}"
+      [ "$rc" -eq 0 ] || grep -m 5 -E "Invalid|Race|hazard|Barrier|error" <<<"$out" | sed 's/^/    /'
+    done
+  done
+done
+exit "$status"
