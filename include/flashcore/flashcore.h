@@ -77,11 +77,26 @@ struct AttentionArgs {
   bool causal = false;
   Backend backend = Backend::kAuto;
   CUstream_st* stream = nullptr;        // CUDA backends only; nullptr is the legacy default stream
+  // Scratch device memory for the CUDA backends (today the persistent schedules' tile counters),
+  // so that the library never allocates on the forward path. Contract: memory of the tensors'
+  // device, 4-byte aligned, at least attention_workspace_bytes(args) bytes. The library zeroes
+  // what it uses with cudaMemsetAsync on args.stream before the launch (no host sync, legal
+  // under CUDA graph capture), so any buffer works, fresh or reused; it must not be used by
+  // anything else until the call's work on args.stream has finished. Without a workspace the
+  // sm90 backend falls back to a small static pool of counters that concurrent launches on
+  // different streams (or graph replays) may share: pass a workspace when launches can overlap.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 // Validates every argument (throws Error before anything runs), picks the backend and runs.
 // CUDA backends are asynchronous on args.stream. Returns the backend that ran.
 Backend attention_forward(const AttentionArgs& args);
+
+// Bytes of workspace the call needs: two uint32 tile counters (8 bytes) for tensors on a CUDA
+// device, 0 for host tensors (cpu/reference). Depends only on the tensors' device today, but may
+// grow (e.g. per-tile partial results of a split-KV schedule): always ask rather than hard-code.
+size_t attention_workspace_bytes(const AttentionArgs& args);
 
 // The backend attention_forward would choose, or an Error explaining why none fits.
 Backend select_backend(const AttentionArgs& args);

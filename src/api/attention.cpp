@@ -32,8 +32,19 @@ class CurrentDeviceGuard {
   int previous_ = 0;
 };
 
-void run_cuda(Backend backend, const AttentionParams& p) {
+// Zeroes the caller's workspace on the call's stream (asynchronous, capture-safe) and hands it to
+// the kernels as tile counters; without one they stay nullptr and the backend uses its own. Only
+// the sm90 kernel claims tiles today: the sm80 one is spared the extra memset.
+void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParams& p) {
+  if (args.workspace == nullptr || backend != Backend::kSM90) return;
+  FLASHCORE_CUDA_CHECK(
+      cudaMemsetAsync(args.workspace, 0, attention_workspace_bytes(args), args.stream));
+  p.tile_counters = static_cast<uint32_t*>(args.workspace);
+}
+
+void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
   CurrentDeviceGuard guard(p.device_index);
+  attach_workspace(backend, args, p);
   // seqlen_k == 0 goes to the kernels too: they visit no KV tile and write out = 0, lse = -inf
   // (asynchronous, and legal under CUDA graph capture).
   KernelLauncher launcher = find_kernel(backend, p.dtype, p.head_dim, p.causal);
@@ -60,7 +71,7 @@ Backend attention_forward(const AttentionArgs& args) {
     case Backend::kSM80:
     case Backend::kSM90:
 #ifdef FLASHCORE_HAS_CUDA
-      detail::run_cuda(backend, params);
+      detail::run_cuda(backend, args, params);
       break;
 #else
       throw Error(std::string("backend ") + to_string(backend) + " is not compiled in");

@@ -156,6 +156,27 @@ void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_
   }
 }
 
+// Size, pointer and alignment of the caller's workspace (where it lives is checked with the other
+// device pointers below, and only where a GPU can answer).
+void check_workspace(const AttentionArgs& args) {
+  const size_t required = attention_workspace_bytes(args);
+  if (args.workspace == nullptr) {
+    if (args.workspace_bytes > 0) {
+      fail("workspace is null but workspace_bytes=" + std::to_string(args.workspace_bytes) +
+           "; pass a buffer of that many bytes or workspace_bytes=0");
+    }
+    return;  // no workspace: the backend manages without one
+  }
+  if (args.workspace_bytes < required) {
+    fail("workspace_bytes=" + std::to_string(args.workspace_bytes) + " is smaller than the " +
+         std::to_string(required) + " bytes this call needs (attention_workspace_bytes)");
+  }
+  if (reinterpret_cast<uintptr_t>(args.workspace) % kWorkspaceAlignmentBytes != 0) {
+    fail("workspace pointer " + address_string(args.workspace) + " must be " +
+         std::to_string(kWorkspaceAlignmentBytes) + "-byte aligned");
+  }
+}
+
 }  // namespace
 
 bool is_cuda_backend(Backend backend) {
@@ -207,6 +228,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   check_no_overlap("out", out, "k", k);
   check_no_overlap("out", out, "v", v);
   if (args.lse) check_lse(args, q.shape[0], heads_q, q.shape[1]);
+  check_workspace(args);
 
   float scale = args.softmax_scale ? *args.softmax_scale
                                    : static_cast<float>(1.0 / std::sqrt(double(head_dim)));
@@ -260,6 +282,10 @@ AttentionParams validate_common(const AttentionArgs& args) {
              " is not memory of that device");
       }
     }
+    if (args.workspace != nullptr && !is_device_pointer(args.workspace, q.device.index)) {
+      fail("workspace pointer " + address_string(args.workspace) + " is not memory of " +
+           device_name(q.device) + ", the tensors' device");
+    }
 #endif
   }
 
@@ -287,6 +313,8 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.causal = args.causal;
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;
+  // Set by attention_forward once it has zeroed the workspace on the stream (CUDA backends only).
+  p.tile_counters = nullptr;
 #ifdef FLASHCORE_HAS_CUDA
   if (on_cuda) p.num_sms = device_info(q.device.index).num_sms;
 #endif
@@ -344,3 +372,11 @@ void validate_for_backend(const AttentionParams& params, const AttentionArgs& ar
 }
 
 }  // namespace flashcore::detail
+
+namespace flashcore {
+
+size_t attention_workspace_bytes(const AttentionArgs& args) {
+  return args.q.device.type == DeviceType::kCUDA ? detail::kTileCounterWorkspaceBytes : 0;
+}
+
+}  // namespace flashcore

@@ -19,6 +19,11 @@ inline constexpr int64_t kCudaAlignmentBytes = 16;
 // Largest head_dim any CUDA kernel could hold in registers/shared memory.
 inline constexpr int kMaxCudaHeadDim = 256;
 
+// Workspace of a CUDA call: the persistent schedules' two uint32 tile counters (claims, CTAs
+// done claiming). 4-byte alignment is all the counters' atomics need.
+inline constexpr size_t kTileCounterWorkspaceBytes = 2 * sizeof(uint32_t);
+inline constexpr size_t kWorkspaceAlignmentBytes = alignof(uint32_t);
+
 bool is_cuda_backend(Backend backend);
 
 AttentionParams validate_common(const AttentionArgs& args);

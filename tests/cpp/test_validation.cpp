@@ -173,6 +173,44 @@ TEST_F(Validation, CudaTensorMustBeDeviceMemory) {
 }
 #endif
 
+TEST_F(Validation, WorkspaceBytesDependOnTheDevice) {
+  EXPECT_EQ(attention_workspace_bytes(args), 0u);  // host backends need no workspace
+  move_to_cuda();
+  EXPECT_EQ(attention_workspace_bytes(args), 8u);  // two uint32 tile counters
+}
+
+TEST_F(Validation, WorkspaceSmallerThanRequiredNamesBothSizes) {
+  move_to_cuda();
+  args.workspace = fake_device_ptr(4);
+  args.workspace_bytes = 4;
+  EXPECT_ERROR_MENTIONS(args, "workspace_bytes=4", "smaller than the 8 bytes",
+                        "attention_workspace_bytes");
+}
+
+TEST_F(Validation, WorkspaceBytesWithoutPointer) {
+  move_to_cuda();
+  args.workspace_bytes = 8;
+  EXPECT_ERROR_MENTIONS(args, "workspace is null but workspace_bytes=8");
+}
+
+TEST_F(Validation, WorkspaceMustBe4ByteAligned) {
+  move_to_cuda();
+  args.workspace = static_cast<char*>(fake_device_ptr(4)) + 2;
+  args.workspace_bytes = 16;
+  EXPECT_ERROR_MENTIONS(args, "workspace pointer", "must be 4-byte aligned");
+  const std::string message = error_of(args);
+  char address[32];
+  std::snprintf(address, sizeof(address), "%p", args.workspace);
+  EXPECT_NE(message.find(address), std::string::npos) << message << " lacks " << address;
+}
+
+TEST_F(Validation, HostCallsAcceptAndIgnoreAWorkspace) {
+  uint32_t counters[2] = {};
+  args.workspace = counters;
+  args.workspace_bytes = sizeof(counters);
+  EXPECT_EQ(error_of(args), "");
+}
+
 TEST_F(Validation, OutMustNotAliasInputs) {
   args.out.data = args.q.data;
   EXPECT_ERROR_MENTIONS(args, "out overlaps q");
