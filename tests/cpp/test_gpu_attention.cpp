@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <tuple>
 
 #include "api/kernel_registry.h"
@@ -201,6 +202,114 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend,
                          [](const ::testing::TestParamInfo<BackendDtype>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_" +
                                   to_string(std::get<1>(info.param));
+                         });
+
+// --- caller-provided workspace (AttentionArgs::workspace) ---
+
+// A shape that takes the sm90 persistent schedule (seqlen <= 4096 rows of the tile table).
+testing::ProblemShape persistent_shape(DType dtype) {
+  testing::ProblemShape s = make_shape(1000, 1000, 8, 2, true, 2);
+  s.dtype = dtype, s.head_dim = kPreferredHeadDim;
+  return s;
+}
+
+// One BSHD call whose device buffers stay alive until checked, so several can be in flight.
+struct PendingRun {
+  testing::ProblemShape shape;
+  testing::HostTensors inputs;
+  std::unique_ptr<DeviceBuffer> q, k, v, out, lse, workspace;
+  AttentionArgs args;
+
+  PendingRun(const testing::ProblemShape& s, uint64_t seed) : shape(s) {
+    inputs = testing::make_random_inputs(s, seed);
+    const Device cuda{DeviceType::kCUDA, 0};
+    q = std::make_unique<DeviceBuffer>(inputs.q.size());
+    k = std::make_unique<DeviceBuffer>(inputs.k.size());
+    v = std::make_unique<DeviceBuffer>(inputs.v.size());
+    out = std::make_unique<DeviceBuffer>(inputs.q.size());
+    lse = std::make_unique<DeviceBuffer>(size_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float));
+    q->upload(inputs.q), k->upload(inputs.k), v->upload(inputs.v);
+    out->poison(), lse->poison();
+    const std::vector<int64_t> q_shape = {s.batch, s.seqlen_q, s.heads_q, s.head_dim};
+    const std::vector<int64_t> kv_shape = {s.batch, s.seqlen_k, s.heads_kv, s.head_dim};
+    args.q = make_tensor(q->data(), s.dtype, cuda, q_shape);
+    args.k = make_tensor(k->data(), s.dtype, cuda, kv_shape);
+    args.v = make_tensor(v->data(), s.dtype, cuda, kv_shape);
+    args.out = make_tensor(out->data(), s.dtype, cuda, q_shape);
+    args.lse = make_tensor(lse->data(), DType::kFloat32, cuda, {s.batch, s.heads_q, s.seqlen_q});
+    args.causal = s.causal;
+    args.backend = Backend::kSM90;
+    // Garbage in the workspace: the library must zero what it uses.
+    workspace = std::make_unique<DeviceBuffer>(attention_workspace_bytes(args));
+    workspace->poison();
+    args.workspace = workspace->data(), args.workspace_bytes = workspace->bytes();
+  }
+
+  testing::AccuracyReport check() const {  // after the stream has finished
+    std::vector<uint8_t> out_host(inputs.q.size());
+    std::vector<float> lse_host(lse->bytes() / sizeof(float));
+    out->download(out_host.data());
+    lse->download(lse_host.data());
+    return testing::check_accuracy(shape, inputs, out_host.data(), lse_host.data(),
+                                   testing::sample_rows(shape.seqlen_q, kMaxCheckedRows));
+  }
+};
+
+class GpuWorkspace : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    std::string reason = skip_reason(Backend::kSM90, GetParam(), kPreferredHeadDim, true);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(GpuWorkspace, PoisonedWorkspaceIsZeroedBeforeUse) {
+  PendingRun run(persistent_shape(GetParam()), 99);
+  ASSERT_EQ(run.args.workspace_bytes, 8u);
+  GPU_TEST_CHECK(cudaDeviceSynchronize());
+  EXPECT_EQ(attention_forward(run.args), Backend::kSM90);
+  GPU_TEST_CHECK(cudaDeviceSynchronize());
+  testing::AccuracyReport report = run.check();
+  std::printf("[sm90 workspace] %s: %s\n", run.shape.describe().c_str(), report.summary().c_str());
+  EXPECT_TRUE(report.pass) << report.summary();
+}
+
+TEST_P(GpuWorkspace, ConcurrentStreamsWithOwnWorkspaces) {
+  constexpr int kStreams = 2;
+  std::vector<std::unique_ptr<PendingRun>> runs;
+  cudaStream_t streams[kStreams] = {};
+  for (int i = 0; i < kStreams; ++i) {
+    runs.push_back(std::make_unique<PendingRun>(persistent_shape(GetParam()), 100 + i));
+    GPU_TEST_CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+    runs[i]->args.stream = streams[i];
+  }
+  GPU_TEST_CHECK(cudaDeviceSynchronize());  // uploads ran on the legacy stream
+  for (int i = 0; i < kStreams; ++i) attention_forward(runs[i]->args);  // both in flight
+  for (int i = 0; i < kStreams; ++i) {
+    GPU_TEST_CHECK(cudaStreamSynchronize(streams[i]));
+    testing::AccuracyReport report = runs[i]->check();
+    EXPECT_TRUE(report.pass) << "stream " << i << ": " << report.summary();
+    cudaStreamDestroy(streams[i]);
+  }
+}
+
+TEST_P(GpuWorkspace, HostWorkspaceIsRejected) {
+  PendingRun run(persistent_shape(GetParam()), 7);
+  uint32_t host_counters[2] = {};
+  run.args.workspace = host_counters;
+  try {
+    attention_forward(run.args);
+    FAIL() << "host memory accepted as workspace";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("is not memory of cuda:0"), std::string::npos)
+        << error.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(to_string(info.param));
                          });
 
 TEST(GpuSelection, AutoPicksTheFastestAvailableBackend) {

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         const __grid_constant__ CUtensorMap map_v,
                         const __grid_constant__ CUtensorMap map_o,
                         const __grid_constant__ AttentionParams params,
-                        uint32_t* tile_counter) {
+                        const Sm90TileCounters tile_counters) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
@@ -82,10 +82,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
         sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, index, state);
         if (!kPersistent) break;
-        index = sm90_claim_next_tile(tile_counter);
+        index = sm90_claim_next_tile(tile_counters.get());
       }
       if (kPersistent) {  // tell the consumers there is no further tile
-        sm90_finish_claims(tile_counter);
+        sm90_finish_claims(tile_counters.get());
         mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
         *smem.tile_slot() = -1;
         mbarrier_arrive(smem.q_full());

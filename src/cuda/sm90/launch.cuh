@@ -5,9 +5,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "common/params.h"
@@ -19,30 +19,17 @@
 
 namespace flashcore::detail {
 
-// Tile counters of the persistent schedules (two uint32 per launch: claims, CTAs done claiming;
-// see sm90_claim_next_tile). A pool per device, zeroed once; the kernel resets the counters it
-// used, and launches take slots round-robin so that launches running at once on different streams
-// use different counters.
-inline uint32_t* sm90_tile_counter_slot() {
-  constexpr int kSlots = 256;       // launches that may run at once
-  constexpr int kMaxDevices = 64;
-  static std::mutex mutex;
-  static uint32_t* pools[kMaxDevices] = {};
-  static unsigned next_slot[kMaxDevices] = {};
-  int device = 0;
-  FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= kMaxDevices) {
-    throw Error("sm90 backend: device index " + std::to_string(device) + " is past the " +
-                std::to_string(kMaxDevices) + " devices the tile-counter pool covers");
+// Tile counters of one persistent launch: the caller's workspace when params carries one, else the
+// next slot of the kernel's static pool (round-robin; see Sm90TileCounters for the limit).
+inline Sm90TileCounters sm90_tile_counters(const AttentionParams& params) {
+  static std::atomic<uint32_t> next_pool_slot{0};
+  Sm90TileCounters counters;
+  counters.workspace = params.tile_counters;
+  if (counters.workspace == nullptr) {
+    counters.pool_slot = next_pool_slot.fetch_add(1, std::memory_order_relaxed) %
+                         static_cast<uint32_t>(kSm90TileCounterPoolSlots);
   }
-  std::lock_guard<std::mutex> lock(mutex);
-  if (pools[device] == nullptr) {
-    const size_t bytes = sizeof(uint32_t) * 2 * kSlots;
-    FLASHCORE_CUDA_CHECK(cudaMalloc(&pools[device], bytes));
-    FLASHCORE_CUDA_CHECK(cudaMemset(pools[device], 0, bytes));
-    FLASHCORE_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  return pools[device] + 2 * (next_slot[device]++ % kSlots);
+  return counters;
 }
 
 // The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
@@ -89,9 +76,9 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             Config::kSmemBytes));
   int64_t grid = num_tiles;
-  uint32_t* tile_counter = nullptr;
+  Sm90TileCounters tile_counters;
   if constexpr (sm90_is_persistent(kSchedule)) {
-    tile_counter = sm90_tile_counter_slot();
+    tile_counters = sm90_tile_counters(params);
     int num_sms = params.num_sms;
     if (num_sms <= 0) {
       int device = 0;
@@ -102,7 +89,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
   }
   kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
-      map_q, map_k, map_v, map_o, params, tile_counter);
+      map_q, map_k, map_v, map_o, params, tile_counters);
   FLASHCORE_CHECK_LAUNCH();
 }
 

@@ -64,8 +64,33 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
 // tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short causal tiles
 // take more of them. The producer thread claims and publishes each index to the consumers through
 // the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done claiming; the last
-// of those resets both, so the slot is ready for a later launch (the launcher hands out slots
-// round-robin, so launches running at once use different ones).
+// of those resets both, so the counters are ready for a later launch.
+//
+// Where the counters live: the caller's workspace (zeroed on the stream just before the launch,
+// see AttentionArgs::workspace), or else one slot of a static pool. The pool is a __device__
+// array, zeroed when the module loads: no allocation, no host sync, nothing that breaks graph
+// capture. `static` gives every instance TU its own pool (no duplicate symbols without -rdc).
+// The launcher hands out pool slots round-robin and passes the slot index, so the kernel finds
+// the address itself (no cudaGetSymbolAddress on the host, which capture would not like).
+// Limit: two launches in flight at once on the same slot share counters and skip or repeat tiles.
+// Eager launches meet only 256 launches apart, but a captured graph keeps its slot for every
+// replay (one graph replayed on two streams at once, or beside a later launch that wraps onto its
+// slot): callers with overlapping launches pass a workspace.
+inline constexpr int kSm90TileCounterPoolSlots = 256;  // pool launches in flight before a reuse
+inline constexpr int kSm90CountersPerLaunch = 2;       // claims, CTAs done claiming
+static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots *
+                                                  kSm90CountersPerLaunch];
+
+struct Sm90TileCounters {
+  uint32_t* workspace = nullptr;  // the caller's zeroed counters, or nullptr: use the pool slot
+  uint32_t pool_slot = 0;         // < kSm90TileCounterPoolSlots
+
+  __device__ __forceinline__ uint32_t* get() const {
+    return workspace != nullptr ? workspace
+                                : sm90_tile_counter_pool + kSm90CountersPerLaunch * pool_slot;
+  }
+};
+
 __device__ __forceinline__ int sm90_claim_next_tile(uint32_t* counter) {
   return static_cast<int>(gridDim.x + atomicAdd(counter, 1u));
 }
