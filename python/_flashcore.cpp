@@ -9,6 +9,9 @@
 //                                                   synchronises with the legacy default stream,
 //                                                   which breaks CUDA graph capture, and refuses
 //                                                   tensors that require grad.
+// Both take an optional workspace (device pointer as an int, and its size in bytes) of at least
+// attention_workspace_bytes(q) bytes; the Python wrappers allocate it with the array's own
+// allocator (torch's caching allocator: free, and safe under CUDA graph capture).
 // flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -152,7 +155,8 @@ TensorView view_of_raw(const RawTensor& raw, const char* name) {
 flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, TensorView out,
                                    std::optional<TensorView> lse,
                                    std::optional<float> softmax_scale, bool causal,
-                                   const std::string& backend, uintptr_t stream) {
+                                   const std::string& backend, uintptr_t stream,
+                                   uintptr_t workspace, size_t workspace_bytes) {
   flashcore::AttentionArgs args;
   args.q = q;
   args.k = k;
@@ -163,6 +167,8 @@ flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, Ten
   args.causal = causal;
   args.backend = flashcore::parse_backend(backend);
   args.stream = reinterpret_cast<CUstream_st*>(stream);
+  args.workspace = reinterpret_cast<void*>(workspace);
+  args.workspace_bytes = workspace_bytes;
   return args;
 }
 
@@ -180,26 +186,28 @@ std::string run(const flashcore::AttentionArgs& args) {
 std::string forward_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
                            const OutputArray& out, const std::optional<OutputArray>& lse,
                            std::optional<float> softmax_scale, bool causal,
-                           const std::string& backend, uintptr_t stream) {
+                           const std::string& backend, uintptr_t stream, uintptr_t workspace,
+                           size_t workspace_bytes) {
   // Views are built in argument order so that the first bad argument is the one named.
   const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
   const TensorView out_view = view_of(out, "out");
   std::optional<TensorView> lse_view;
   if (lse) lse_view = view_of(*lse, "lse");
   return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
-                       stream));
+                       stream, workspace, workspace_bytes));
 }
 
 std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor& v,
                         const RawTensor& out, const std::optional<RawTensor>& lse,
                         std::optional<float> softmax_scale, bool causal,
-                        const std::string& backend, uintptr_t stream) {
+                        const std::string& backend, uintptr_t stream, uintptr_t workspace,
+                        size_t workspace_bytes) {
   const TensorView q_view = view_of_raw(q, "q"), k_view = view_of_raw(k, "k");
   const TensorView v_view = view_of_raw(v, "v"), out_view = view_of_raw(out, "out");
   std::optional<TensorView> lse_view;
   if (lse) lse_view = view_of_raw(*lse, "lse");
   return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
-                       stream));
+                       stream, workspace, workspace_bytes));
 }
 
 std::string select_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
@@ -211,7 +219,15 @@ std::string select_dlpack(const InputArray& q, const InputArray& k, const InputA
   std::optional<TensorView> lse_view;
   if (lse) lse_view = view_of(*lse, "lse");
   return flashcore::to_string(flashcore::select_backend(make_args(
-      q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend, 0)));
+      q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend, 0, 0, 0)));
+}
+
+// Workspace bytes of a call on q (only q's device matters today; the C++ function takes the whole
+// call so that a schedule needing more, e.g. split-KV, can size it).
+size_t workspace_bytes_for(const TensorView& q) {
+  flashcore::AttentionArgs args;
+  args.q = q;
+  return flashcore::attention_workspace_bytes(args);
 }
 
 }  // namespace
@@ -224,12 +240,14 @@ NB_MODULE(_flashcore, m) {
   m.def("attention_forward", &forward_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
-        nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("workspace") = 0,
+        nb::arg("workspace_bytes") = 0,
         "Runs attention on DLPack tensors (BSHD). Returns the name of the backend that ran.");
   m.def("attention_forward_raw", &forward_raw, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
-        nb::arg("backend") = "auto", nb::arg("stream") = 0,
+        nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("workspace") = 0,
+        nb::arg("workspace_bytes") = 0,
         "Like attention_forward, tensors given as (data_ptr, dtype_code, device_code, "
         "device_index, shape, strides) tuples.");
   m.def("select_backend", &select_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
@@ -237,6 +255,14 @@ NB_MODULE(_flashcore, m) {
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
         nb::arg("backend") = "auto",
         "The backend attention_forward would run for these arguments, or FlashCoreError.");
+  m.def(
+      "attention_workspace_bytes",
+      [](const InputArray& q) { return workspace_bytes_for(view_of(q, "q")); }, nb::arg("q"),
+      "Bytes of device workspace a call on q needs (0 on the host).");
+  m.def(
+      "attention_workspace_bytes_raw",
+      [](const RawTensor& q) { return workspace_bytes_for(view_of_raw(q, "q")); }, nb::arg("q"),
+      "attention_workspace_bytes for q given as a raw tensor tuple.");
   m.def(
       "backend_available",
       [](const std::string& backend, int device_index) {

@@ -22,6 +22,7 @@ from ._flashcore import version as _version
 __all__ = [
     "FlashCoreError",
     "attention",
+    "attention_workspace_bytes",
     "backend_available",
     "supported_head_dims",
     "select_backend",
@@ -85,6 +86,17 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, ou
     return _arrays.attention_dlpack(
         q, k, v, causal=bool(causal), softmax_scale=softmax_scale, return_lse=bool(return_lse),
         out=out, backend=backend, stream=stream)
+
+
+def attention_workspace_bytes(q):
+    """Bytes of device workspace a call on `q` needs (0 for host arrays). `attention` allocates
+    it itself from the array's allocator; this is for code that manages its own buffers."""
+    if _is_torch_tensor(q):
+        from . import torch as _flashcore_torch
+
+        return _flashcore_torch.workspace_bytes(q)
+    _arrays.check_array("q", q)
+    return _arrays.workspace_bytes(q)
 
 
 def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):

@@ -90,6 +90,29 @@ def _allocate_outputs(q, out, return_lse):
     return out, lse
 
 
+def workspace_bytes(q):
+    """attention_workspace_bytes for a NumPy/DLPack array (NumPy bfloat16 has no DLPack)."""
+    if _is_numpy_bfloat16(q):
+        return _flashcore.attention_workspace_bytes_raw(_numpy_raw("q", q))
+    return _flashcore.attention_workspace_bytes(q)
+
+
+def _workspace(q, stream):
+    """(array, pointer, bytes) of the call's device workspace, from CuPy's pool for CuPy arrays
+    (allocated on the launch stream, so the pool orders its reuse after the kernel). None for
+    host arrays, which need none, and for arrays whose allocator FlashCore does not know (JAX,
+    ...): the library then uses its static counters (see AttentionArgs::workspace, flashcore.h)."""
+    xp = _array_module(q)
+    if xp is None or xp is np:
+        return None, 0, 0
+    nbytes = _flashcore.attention_workspace_bytes(q)
+    if nbytes == 0:
+        return None, 0, 0
+    with xp.cuda.ExternalStream(stream):
+        workspace = xp.empty(nbytes, dtype=xp.uint8)
+    return workspace, workspace.data.ptr, nbytes
+
+
 def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
     for name, value in (("q", q), ("k", k), ("v", v)):
         check_array(name, value)
@@ -105,8 +128,11 @@ def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend
                        tuple(s // lse.itemsize for s in lse.strides))
         _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
     else:
-        _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend,
-                                     _default_stream(q, stream))
+        stream = _default_stream(q, stream)
+        workspace, workspace_ptr, workspace_bytes = _workspace(q, stream)
+        _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend, stream,
+                                     workspace_ptr, workspace_bytes)
+        del workspace  # back to CuPy's pool of the launch stream
     return (out, lse) if return_lse else out
 
 

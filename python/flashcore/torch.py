@@ -72,15 +72,45 @@ def _current_stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
+def workspace_bytes(q):
+    """flashcore.attention_workspace_bytes for a torch tensor (BSHD or BHSD: only its device
+    matters today)."""
+    _check_tensor("q", q)
+    return _flashcore.attention_workspace_bytes_raw(_raw("q", q))
+
+
+def _workspace(q_raw, device, stream):
+    """Scratch device memory for the call (the library never allocates): from torch's caching
+    allocator, so it costs nothing after warm-up and is recorded by CUDA graph capture. None on
+    the host. Marked as used by `stream` when that is not torch's current stream, so that the
+    allocator does not hand it out again while the kernel may still run there."""
+    nbytes = _flashcore.attention_workspace_bytes_raw(q_raw)
+    if nbytes == 0:
+        return None
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if stream != torch.cuda.current_stream(device).cuda_stream:
+        workspace.record_stream(torch.cuda.ExternalStream(stream, device=device))
+    return workspace
+
+
 def _launch(q, k, v, out, lse, causal, softmax_scale, backend, stream):
     """Runs the library on BSHD views; switches the current CUDA device when q is elsewhere."""
-    args = (_raw("q", q), _raw("k", k), _raw("v", v), _raw("out", out),
+    q_raw = _raw("q", q)
+    args = (q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
             None if lse is None else _raw("lse", lse), softmax_scale, causal, backend, stream)
     device = q.device
     if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            return _flashcore.attention_forward_raw(*args)
-    return _flashcore.attention_forward_raw(*args)
+            return _run(args, q_raw, device, stream)
+    return _run(args, q_raw, device, stream)
+
+
+def _run(args, q_raw, device, stream):
+    workspace = _workspace(q_raw, device, stream)
+    if workspace is None:
+        return _flashcore.attention_forward_raw(*args)
+    return _flashcore.attention_forward_raw(*args, workspace=workspace.data_ptr(),
+                                            workspace_bytes=workspace.numel())
 
 
 def _lse_shape(q_bshd):

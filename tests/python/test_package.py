@@ -29,6 +29,12 @@ def test_version_and_backends():
     assert flashcore.supported_head_dims("cpu") == []
 
 
+def test_host_arrays_need_no_workspace():
+    import numpy as np
+
+    assert flashcore.attention_workspace_bytes(np.zeros((1, 4, 2, 8), np.float32)) == 0
+
+
 def test_readme_example_runs():
     example = REPO / "examples" / "python" / "quickstart.py"
     result = _run_python(str(example))

@@ -1,6 +1,6 @@
 """flashcore.torch: the custom op flashcore::attention_forward on CPU (when torch is installed) and
 CUDA (marker `gpu`): accuracy vs float64, layouts, non-contiguous inputs, torch.compile, CUDA
-graphs, autograd refusal, dtype errors."""
+graphs, the workspace of the persistent schedule, autograd refusal, dtype errors."""
 
 import pytest
 
@@ -133,6 +133,33 @@ def test_cuda_graph_capture_and_replay():
         graph.replay()
         torch.cuda.synchronize()
         check_accuracy(f"graph replay {seed}", graph_out, graph_lse, *fresh, causal=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_workspace_bytes(device):
+    q = torch.zeros(1, 4, 2, 8, device=device, dtype=DTYPES[device][-1])
+    expected = 8 if device == "cuda" else 0  # two uint32 tile counters on a GPU
+    assert flashcore.attention_workspace_bytes(q) == expected
+
+
+@pytest.mark.gpu
+def test_persistent_schedule_with_torch_workspace():
+    # seqlen <= 4096 takes the sm90 persistent schedule (tile claiming through the workspace the
+    # wrapper allocates from torch); the other calls run on a side stream at the same time.
+    shape = (2, 1000, 1000, 8, 2, 128)
+    q, k, v = _inputs("cuda", torch.bfloat16, shape)
+    q2, k2, v2 = _inputs("cuda", torch.bfloat16, shape, seed=1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    out = fct.attention(q, k, v, causal=True)
+    with torch.cuda.stream(side):
+        out2 = fct.attention(q2, k2, v2, causal=True)
+    out3 = torch.empty_like(q)
+    flashcore.attention(q, k, v, causal=True, out=out3, stream=side.cuda_stream)
+    torch.cuda.synchronize()
+    check_accuracy("persistent", out, None, q, k, v, causal=True)
+    check_accuracy("persistent, side stream", out2, None, q2, k2, v2, causal=True)
+    check_accuracy("persistent, explicit stream", out3, None, q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
