@@ -80,8 +80,12 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
     } else if (!release.early) {
       tma_store_wait_reads();  // then the slab may take the next tile's Q
-      mbarrier_arrive(release.q_empty);
     }  // early: the next epilogue waits for the reads, the kernel's end for the writes
+  }
+  if (release.q_empty != nullptr && !release.early) {
+    // Every thread learns that the store has read the slab, then hands it back itself.
+    named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+    mbarrier_arrive(release.q_empty);
   }
 }
 

@@ -154,10 +154,11 @@ struct Sm90TileConfig {
   // (before the epilogue) instead of after the O store has read the slab.
   static constexpr bool kSeparateOStaging = kCoreSmemBytes + kQBytes <= kMaxSmemBytes;
   static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kQBytes : 0);
-  // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread
-  // after its last S wgmma completed (separate staging), else one thread per consumer after the O
-  // store has read the slab.
-  static constexpr int kQEmptyArrivals = kSeparateOStaging ? kConsumerThreads : kConsumerWarpgroups;
+  // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread,
+  // after its last S wgmma completed (separate staging) or after the O store has read the slab.
+  // Each thread arrives itself, so its read of the tile slot is ordered before the producer's next
+  // write by the mbarrier alone (racecheck sees that; a chain through a named barrier it did not).
+  static constexpr int kQEmptyArrivals = kConsumerThreads;
 };
 
 }  // namespace flashcore::detail
