@@ -93,9 +93,13 @@ class Impl:
     def __init__(self, label, attn, backend=None):
         self.label, self.attn, self.backend = label, attn, backend
 
-    def __call__(self, model, *args, **kwargs):
+    def activate(self, model):
+        """Switches the model to this row; call it before a timed region (it walks the model)."""
         if model.config._attn_implementation != self.attn:
             model.set_attn_implementation(self.attn)
+
+    def __call__(self, model, *args, **kwargs):
+        self.activate(model)  # a no-op when the caller activated the row before timing
         ctx = sdpa_kernel([self.backend]) if self.backend is not None else contextlib.nullcontext()
         with ctx:
             return model(*args, **kwargs)
@@ -176,6 +180,7 @@ def time_prefill(model, impls, prompt, args):
     logits = {}
     for it in range(args.warmup + args.iters):
         for impl in rotated(impls, it):
+            impl.activate(model)
             ms, _, (logits[impl.label], _) = timed(lambda: prefill(model, impl, prompt),
                                                    args.device)
             if it >= args.warmup:
@@ -202,6 +207,7 @@ def teacher_forced(model, ref, impls, prompt, args, profiles):
     tokens = [token]
     for step in range(args.decode_steps):
         for impl in rotated(impls, step):
+            impl.activate(model)
             ms, host, (lg, caches[impl.label]) = timed(
                 lambda: decode_step(model, impl, token, caches[impl.label]), args.device)
             step_logits[impl.label].append(lg)
@@ -217,6 +223,7 @@ def teacher_forced(model, ref, impls, prompt, args, profiles):
         for impl in impls:
             def run(_, impl=impl):
                 _, caches[impl.label] = decode_step(model, impl, token, caches[impl.label])
+            impl.activate(model)
             profiles[impl.label] = profile_steps(run, PROFILE_STEPS, args.device)
     skip = min(args.warmup, max(args.decode_steps - 1, 0))  # first steps warm up decode shapes
     timing = {label: {"event_ms": statistics.median(event_ms[label][skip:]),
@@ -229,6 +236,7 @@ def teacher_forced(model, ref, impls, prompt, args, profiles):
 
 def free_running(model, impl, prompt, args):
     """Greedy decode of --decode-steps tokens (the original sequential method)."""
+    impl.activate(model)
     logits, cache = prefill(model, impl, prompt)
     token = logits.argmax(dim=-1, keepdim=True)
     tokens, step_ms = [token], []
