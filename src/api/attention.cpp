@@ -17,19 +17,26 @@ namespace detail {
 namespace {
 
 #ifdef FLASHCORE_HAS_CUDA
-// Makes the tensors' device current for the launch and restores the caller's afterwards.
+// Makes the tensors' device current for the launch and restores the caller's afterwards. The
+// common case (already current) costs one cudaGetDevice and nothing on the way out.
 class CurrentDeviceGuard {
  public:
   explicit CurrentDeviceGuard(int device_index) {
     FLASHCORE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device_index) FLASHCORE_CUDA_CHECK(cudaSetDevice(device_index));
+    if (previous_ != device_index) {
+      FLASHCORE_CUDA_CHECK(cudaSetDevice(device_index));
+      switched_ = true;
+    }
   }
-  ~CurrentDeviceGuard() { cudaSetDevice(previous_); }
+  ~CurrentDeviceGuard() {
+    if (switched_) cudaSetDevice(previous_);
+  }
   CurrentDeviceGuard(const CurrentDeviceGuard&) = delete;
   CurrentDeviceGuard& operator=(const CurrentDeviceGuard&) = delete;
 
  private:
   int previous_ = 0;
+  bool switched_ = false;
 };
 
 // Zeroes the caller's workspace on the call's stream (asynchronous, capture-safe) and hands it to

@@ -42,7 +42,9 @@ KernelLauncher find_kernel(Backend backend, DType dtype, int head_dim, bool caus
   return nullptr;
 }
 
-std::vector<int> compiled_head_dims(Backend backend) {
+namespace {
+
+std::vector<int> collect_head_dims(Backend backend) {
   std::vector<int> dims;
   for (const KernelEntry& entry : kKernels) {
     if (entry.launcher != nullptr && entry.backend == backend &&
@@ -52,6 +54,20 @@ std::vector<int> compiled_head_dims(Backend backend) {
   }
   std::sort(dims.begin(), dims.end());
   return dims;
+}
+
+}  // namespace
+
+const std::vector<int>& compiled_head_dims(Backend backend) {
+  // The kernel table is fixed at build time: collect each backend's list once, not per call.
+  static const std::vector<int> sm80 = collect_head_dims(Backend::kSM80);
+  static const std::vector<int> sm90 = collect_head_dims(Backend::kSM90);
+  static const std::vector<int> none;
+  switch (backend) {
+    case Backend::kSM80: return sm80;
+    case Backend::kSM90: return sm90;
+    default: return none;
+  }
 }
 
 }  // namespace flashcore::detail

@@ -13,6 +13,7 @@ using KernelLauncher = void (*)(const AttentionParams&);
 KernelLauncher find_kernel(Backend backend, DType dtype, int head_dim, bool causal);
 
 // Head dims with at least one compiled variant for this backend, ascending.
-std::vector<int> compiled_head_dims(Backend backend);
+// (Collected once: the table is fixed at build time.)
+const std::vector<int>& compiled_head_dims(Backend backend);
 
 }  // namespace flashcore::detail

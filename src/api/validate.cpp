@@ -177,6 +177,42 @@ void check_workspace(const AttentionArgs& args) {
   }
 }
 
+#ifdef FLASHCORE_HAS_CUDA
+// Every pointer of a CUDA call is memory of the tensors' device (one driver query each, ~1 us).
+// A pointer equal to one already checked in this call has the same answer and is not asked again
+// (e.g. out passed as lse's neighbour, or one buffer given twice); nothing is cached across calls,
+// since an address may be freed and reused as host memory between them.
+void check_device_pointers(const AttentionArgs& args) {
+  const int device_index = args.q.device.index;
+  const TensorView* all[] = {&args.q, &args.k, &args.v, &args.out,
+                             args.lse ? &*args.lse : nullptr};
+  const char* names[] = {"q", "k", "v", "out", "lse"};
+  constexpr int kChecked = 5;
+  const void* good[kChecked] = {};  // pointers already known to be device memory
+  int num_good = 0;
+  auto known_good = [&](const void* ptr) {
+    for (int i = 0; i < num_good; ++i) {
+      if (good[i] == ptr) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < kChecked; ++i) {
+    if (all[i] == nullptr || all[i]->numel() == 0 || known_good(all[i]->data)) continue;
+    if (!is_device_pointer(all[i]->data, device_index)) {
+      fail(std::string(names[i]) + " is marked as on " + device_name(args.q.device) +
+           " but its data pointer " + address_string(all[i]->data) +
+           " is not memory of that device");
+    }
+    good[num_good++] = all[i]->data;
+  }
+  if (args.workspace != nullptr && !known_good(args.workspace) &&
+      !is_device_pointer(args.workspace, device_index)) {
+    fail("workspace pointer " + address_string(args.workspace) + " is not memory of " +
+         device_name(args.q.device) + ", the tensors' device");
+  }
+}
+#endif
+
 }  // namespace
 
 bool is_cuda_backend(Backend backend) {
@@ -239,6 +275,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   }
 
   const bool on_cuda = q.device.type == DeviceType::kCUDA;
+  int num_sms = 0;  // of the tensors' device, read with its other properties below
   if (is_cuda_backend(args.backend) && !on_cuda) {
     fail(std::string("backend ") + to_string(args.backend) + " needs CUDA tensors, but q is on " +
          device_name(q.device));
@@ -269,23 +306,12 @@ AttentionParams validate_common(const AttentionArgs& args) {
              " requested but not available: " + reason);
       }
     }
-    if (!device_info(q.device.index).present) {
+    const DeviceInfo& device = device_info(q.device.index);
+    if (!device.present) {
       fail("q is on " + device_name(q.device) + " but there is no such CUDA device");
     }
-    const TensorView* all[] = {&q, &k, &v, &out, args.lse ? &*args.lse : nullptr};
-    const char* names[] = {"q", "k", "v", "out", "lse"};
-    for (int i = 0; i < 5; ++i) {
-      if (all[i] == nullptr || all[i]->numel() == 0) continue;
-      if (!is_device_pointer(all[i]->data, q.device.index)) {
-        fail(std::string(names[i]) + " is marked as on " + device_name(q.device) +
-             " but its data pointer " + address_string(all[i]->data) +
-             " is not memory of that device");
-      }
-    }
-    if (args.workspace != nullptr && !is_device_pointer(args.workspace, q.device.index)) {
-      fail("workspace pointer " + address_string(args.workspace) + " is not memory of " +
-           device_name(q.device) + ", the tensors' device");
-    }
+    num_sms = device.num_sms;
+    check_device_pointers(args);
 #endif
   }
 
@@ -315,9 +341,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.stream = args.stream;
   // Set by attention_forward once it has zeroed the workspace on the stream (CUDA backends only).
   p.tile_counters = nullptr;
-#ifdef FLASHCORE_HAS_CUDA
-  if (on_cuda) p.num_sms = device_info(q.device.index).num_sms;
-#endif
+  p.num_sms = num_sms;
   return p;
 }
 

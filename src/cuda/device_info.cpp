@@ -2,45 +2,61 @@
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <mutex>
-#include <vector>
 
 namespace flashcore::detail {
+namespace {
+
+// The device count and every device's properties, read once per process: none of them can change
+// while it runs (CUDA_VISIBLE_DEVICES is read at driver initialisation), so the hot path is an
+// index into a table filled on first use and never a CUDA call.
+struct DeviceTable {
+  int count = 0;  // 0 when the driver or runtime is missing
+  std::unique_ptr<DeviceInfo[]> devices;
+};
+
+DeviceInfo query_device(int device_index) {
+  DeviceInfo info;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error behind for the caller's next CUDA call
+    return info;
+  }
+  info.present = true;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.num_sms = prop.multiProcessorCount;
+  info.max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
+  return info;
+}
+
+// Filled lazily per device: reading one device's properties must not initialise the others.
+const DeviceTable& device_table() {
+  static const DeviceTable table = [] {
+    DeviceTable t;
+    if (cudaGetDeviceCount(&t.count) != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky "no driver" error so later calls are not confused
+      t.count = 0;
+    }
+    t.devices = std::make_unique<DeviceInfo[]>(t.count > 0 ? t.count : 1);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
 
 const DeviceInfo& device_info(int device_index) {
-  // Devices are few; one slot each, filled once.
-  static std::mutex mutex;
-  static std::vector<DeviceInfo> cache;
-  static std::vector<bool> filled;
   static const DeviceInfo absent{};
-
-  std::lock_guard<std::mutex> lock(mutex);
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error so later calls are not confused
-    return absent;
-  }
-  if (device_index < 0 || device_index >= count) return absent;
-  if (cache.size() < static_cast<size_t>(count)) {
-    cache.resize(count);
-    filled.resize(count, false);
-  }
-  if (!filled[device_index]) {
-    DeviceInfo info;
-    cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, device_index) == cudaSuccess) {
-      info.present = true;
-      info.cc_major = prop.major;
-      info.cc_minor = prop.minor;
-      info.num_sms = prop.multiProcessorCount;
-      info.max_smem_per_block_optin = static_cast<int>(prop.sharedMemPerBlockOptin);
-    } else {
-      cudaGetLastError();
-    }
-    cache[device_index] = info;
-    filled[device_index] = true;
-  }
-  return cache[device_index];
+  static std::once_flag* const filled = [] {
+    return new std::once_flag[device_table().count > 0 ? device_table().count : 1];
+  }();  // one flag per device, alive for the whole process (never destroyed: used at exit too)
+  const DeviceTable& table = device_table();
+  if (device_index < 0 || device_index >= table.count) return absent;
+  std::call_once(filled[device_index],
+                 [&] { table.devices[device_index] = query_device(device_index); });
+  return table.devices[device_index];
 }
 
 bool is_device_pointer(const void* ptr, int device_index) {
