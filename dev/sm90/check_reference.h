@@ -252,12 +252,12 @@ inline std::vector<ProblemShape> correctness_shapes() {
   return shapes;
 }
 
-// Standard grid rows at 16k, 8k, 4k, 2k and 1k (batch = 16384 / seqlen, heads = 2048 / head_dim), plus the
+// Standard grid rows at 16k, 8k, 4k, 2k, 1k and 512 (batch = 16384 / seqlen, heads = 2048 / head_dim), plus the
 // original FlashCore config and the GQA prefill config.
 inline std::vector<ProblemShape> timing_shapes() {
   std::vector<ProblemShape> shapes;
   for (int d : {64, 128, 256})
-    for (int seqlen : {16384, 8192, 4096, 2048, 1024})
+    for (int seqlen : {16384, 8192, 4096, 2048, 1024, 512})
       for (bool causal : {false, true}) {
         ProblemShape s;
         s.dtype = DType::kBFloat16;
