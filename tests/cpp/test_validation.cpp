@@ -173,6 +173,48 @@ TEST_F(Validation, CudaTensorMustBeDeviceMemory) {
 }
 #endif
 
+// Device properties are read once per process: asking about an absent index, then a present one,
+// then the absent one again must give the same answers as the first time (the per-device table
+// must not be sized, filled or indexed by whichever index came first).
+TEST_F(Validation, DeviceAnswersDoNotDependOnCallOrder) {
+  constexpr int kAbsentIndex = 1000;  // no machine has this many GPUs
+  for (Backend backend : {Backend::kSM80, Backend::kSM90}) {
+    const bool first = backend_available(backend, 0);
+    EXPECT_FALSE(backend_available(backend, kAbsentIndex));
+    EXPECT_FALSE(backend_available(backend, -1));
+    EXPECT_EQ(backend_available(backend, 0), first);
+    EXPECT_FALSE(backend_available(backend, kAbsentIndex));
+  }
+}
+
+#ifdef FLASHCORE_HAS_CUDA
+TEST_F(Validation, AbsentDeviceIndexIsNamedEveryCall) {
+  move_to_cuda();
+  const std::string on_device_0 = error_of(args);
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    for (TensorView* t : {&args.q, &args.k, &args.v, &args.out}) {
+      t->device = Device{DeviceType::kCUDA, 7};
+    }
+    EXPECT_ERROR_MENTIONS(args, "q is on cuda:7 but there is no such CUDA device");
+    move_to_cuda();
+    EXPECT_EQ(error_of(args), on_device_0);  // unchanged by the absent index in between
+  }
+}
+
+TEST_F(Validation, RepeatedHostPointerMarkedCudaIsStillRejected) {
+  if (!backend_available(Backend::kSM80) && !backend_available(Backend::kSM90)) {
+    GTEST_SKIP() << "no CUDA device: the device-memory check needs one";
+  }
+  move_to_cuda();
+  // k and v share one host buffer: the repeat must not be waved through by the first check.
+  std::vector<uint16_t> host(args.k.numel());
+  args.q.data = args.out.data = nullptr;
+  args.q.shape[1] = args.out.shape[1] = 0;  // no query rows: q/out have no memory to check
+  args.k.data = args.v.data = host.data();
+  EXPECT_ERROR_MENTIONS(args, "k is marked as on cuda:0", "is not memory of that device");
+}
+#endif
+
 TEST_F(Validation, WorkspaceBytesDependOnTheDevice) {
   EXPECT_EQ(attention_workspace_bytes(args), 0u);  // host backends need no workspace
   move_to_cuda();
