@@ -31,12 +31,18 @@ _RAW_DTYPES = {
     torch.bfloat16: _arrays.RAW_BFLOAT16,
     torch.float32: _arrays.RAW_FLOAT32,
 }
-_RAW_DEVICES = {"cpu": _arrays.RAW_CPU, "cuda": _arrays.RAW_CUDA}
 _TENSOR_RANK = 4  # [batch, seqlen, heads, head_dim] or [batch, heads, seqlen, head_dim]
+_CONTIGUOUS = torch.contiguous_format
+_FLOAT32 = torch.float32
+_UINT8 = torch.uint8
+# The current stream as an int without building a torch.cuda.Stream (what torch.compile's
+# generated code uses); the public lookup where this torch lacks it.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _raw(name, tensor):
-    """(data_ptr, dtype, device, index, shape, strides) for _flashcore.attention_forward_raw.
+def _raw(name, tensor, bhsd=False):
+    """(data_ptr, dtype, device, index, shape, strides) for _flashcore.attention_forward_raw, in
+    BSHD order: a BHSD tensor is described as its transposed view (no view object is built).
 
     Raw pointers instead of DLPack: torch's __dlpack__() without a stream synchronises with the
     legacy default stream (illegal during CUDA graph capture) and refuses tensors needing grad.
@@ -46,12 +52,17 @@ def _raw(name, tensor):
         raise FlashCoreError(
             f"{name} has dtype {tensor.dtype}, expected torch.float16, torch.bfloat16 or "
             "torch.float32")
-    device_code = _RAW_DEVICES.get(tensor.device.type)
-    if device_code is None:
+    if tensor.is_cuda:
+        device_code, index = _arrays.RAW_CUDA, tensor.get_device()
+    elif tensor.is_cpu:
+        device_code, index = _arrays.RAW_CPU, 0
+    else:
         raise FlashCoreError(f"{name} is on device {tensor.device}, expected cpu or cuda")
-    index = tensor.device.index or 0
-    return (tensor.data_ptr(), dtype_code, device_code, index, tuple(tensor.shape),
-            tuple(tensor.stride()))
+    shape, strides = tensor.shape, tensor.stride()
+    if bhsd:
+        shape = (shape[0], shape[2], shape[1], shape[3])
+        strides = (strides[0], strides[2], strides[1], strides[3])
+    return (tensor.data_ptr(), dtype_code, device_code, index, shape, strides)
 
 
 def _check_tensor(name, tensor):
@@ -66,10 +77,12 @@ def _to_bshd(tensor, layout):
     return tensor.transpose(1, 2) if layout == "bhsd" else tensor
 
 
-def _current_stream(device):
-    if device.type != "cuda":
+def _current_stream(tensor):
+    if not tensor.is_cuda:
         return 0
-    return torch.cuda.current_stream(device).cuda_stream
+    if _current_raw_stream is not None:
+        return _current_raw_stream(tensor.get_device())
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def workspace_bytes(q):
@@ -79,38 +92,42 @@ def workspace_bytes(q):
     return _flashcore.attention_workspace_bytes_raw(_raw("q", q))
 
 
-def _workspace(q_raw, device, stream):
+def _workspace(q_raw, q, record_on):
     """Scratch device memory for the call (the library never allocates): from torch's caching
     allocator, so it costs nothing after warm-up and is recorded by CUDA graph capture. None on
-    the host. Marked as used by `stream` when that is not torch's current stream, so that the
-    allocator does not hand it out again while the kernel may still run there."""
+    the host. `record_on` is the launch stream when that is not torch's current stream: the
+    workspace is marked as used there, so that the allocator does not hand it out again while
+    the kernel may still run."""
     nbytes = _flashcore.attention_workspace_bytes_raw(q_raw)
     if nbytes == 0:
         return None
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    if stream != torch.cuda.current_stream(device).cuda_stream:
-        workspace.record_stream(torch.cuda.ExternalStream(stream, device=device))
+    workspace = q.new_empty((nbytes,), dtype=_UINT8)
+    if record_on is not None:
+        workspace.record_stream(torch.cuda.ExternalStream(record_on, device=q.device))
     return workspace
 
 
-def _launch(q, k, v, out, lse, causal, softmax_scale, backend, stream):
-    """Runs the library on BSHD views; switches the current CUDA device when q is elsewhere."""
-    q_raw = _raw("q", q)
-    args = (q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
-            None if lse is None else _raw("lse", lse), softmax_scale, causal, backend, stream)
-    device = q.device
-    if device.type == "cuda" and device.index != torch.cuda.current_device():
-        with torch.cuda.device(device):
-            return _run(args, q_raw, device, stream)
-    return _run(args, q_raw, device, stream)
+def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
+            record_on=None):
+    """Runs the library on raw BSHD tensors; switches the current CUDA device when q is
+    elsewhere (torch's allocator and the library's launches then agree on the device)."""
+    if q_raw[2] == _arrays.RAW_CUDA and q_raw[3] != torch.cuda.current_device():
+        with torch.cuda.device(q_raw[3]):
+            return _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend,
+                        stream, record_on)
+    return _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
+                record_on)
 
 
-def _run(args, q_raw, device, stream):
-    workspace = _workspace(q_raw, device, stream)
+def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
+         record_on):
+    workspace = _workspace(q_raw, q, record_on)
     if workspace is None:
-        return _flashcore.attention_forward_raw(*args)
-    return _flashcore.attention_forward_raw(*args, workspace=workspace.data_ptr(),
-                                            workspace_bytes=workspace.numel())
+        return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw,
+                                                softmax_scale, causal, backend, stream)
+    return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw, softmax_scale,
+                                            causal, backend, stream, workspace.data_ptr(),
+                                            workspace.numel())
 
 
 def _lse_shape(q_bshd):
@@ -118,23 +135,39 @@ def _lse_shape(q_bshd):
     return (batch, heads_q, seqlen_q)
 
 
+def _last_dim_contiguous(tensor):
+    # Inputs of an odd layout (e.g. channels-last from torch.compile) must still have a
+    # contiguous last dimension; anything else gets one copy rather than an error.
+    return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
+
+
+def _forward(q, k, v, causal, softmax_scale, return_lse, in_bhsd, out_bhsd, backend):
+    """The op's implementation: out contiguous in the output layout, lse [b, h, s_q] float32 or
+    None when not asked for. q/k/v are BHSD when in_bhsd, else BSHD."""
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    q_raw = _raw("q", q, in_bhsd)
+    batch, seqlen_q, heads_q, head_dim = q_raw[4]
+    if in_bhsd == out_bhsd:
+        out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+    else:
+        out = q.new_empty((batch, heads_q, seqlen_q, head_dim) if out_bhsd else
+                          (batch, seqlen_q, heads_q, head_dim))
+    lse = q.new_empty((batch, heads_q, seqlen_q), dtype=_FLOAT32) if return_lse else None
+    _launch(q_raw, _raw("k", k, in_bhsd), _raw("v", v, in_bhsd), _raw("out", out, out_bhsd),
+            None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend,
+            _current_stream(q))
+    return out, lse
+
+
 @torch.library.custom_op("flashcore::attention_forward", mutates_args=())
 def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                        softmax_scale: Optional[float], return_lse: bool, layout: str,
                        backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
     """out (like q, contiguous in `layout`) and lse [b, h, s_q] float32 (empty unless return_lse)."""
-    q_bshd, k_bshd, v_bshd = (_to_bshd(t, layout) for t in (q, k, v))
-    # Inputs of an odd layout (e.g. channels-last from torch.compile) must still have a
-    # contiguous last dimension; anything else gets one copy rather than an error.
-    q_bshd, k_bshd, v_bshd = (t if t.stride(-1) == 1 else t.contiguous()
-                              for t in (q_bshd, k_bshd, v_bshd))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if return_lse:
-        lse = torch.empty(_lse_shape(q_bshd), dtype=torch.float32, device=q.device)
-    else:
-        lse = torch.empty((0,), dtype=torch.float32, device=q.device)
-    _launch(q_bshd, k_bshd, v_bshd, _to_bshd(out, layout), lse if return_lse else None, causal,
-            softmax_scale, backend, _current_stream(q.device))
+    bhsd = layout == "bhsd"
+    out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend)
+    if lse is None:
+        lse = q.new_empty((0,), dtype=_FLOAT32)
     return out, lse
 
 
@@ -166,6 +199,29 @@ def _check_common(q, k, v, layout):
         raise FlashCoreError(f"layout must be one of {LAYOUTS}, got {layout!r}")
 
 
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_dispatch_mode_depth = torch._C._len_torch_dispatch_stack
+_torch_function_mode_on = torch._C._is_torch_function_mode_enabled
+_functorch_transform = torch._C._functorch.peek_interpreter_stack
+_jit_tracing_state = torch._C._get_tracing_state
+_profiler = torch.autograd.profiler
+
+
+def _dispatcher_has_work(q, k, v):
+    """Whether torch's dispatcher would do more for this call than run the op's implementation:
+    tracing or compiling, tensor subclasses (fake, functional, DTensor), dispatch or
+    torch-function modes, functorch transforms, autograd (some input requires grad) or the
+    profiler (which records the op). When it would not, eager calls skip it and its Python
+    autograd wrapper (~5-10 us a call): same implementation, same checks, same results."""
+    return (type(q) is not _Tensor or type(k) is not _Tensor or type(v) is not _Tensor
+            or _is_compiling() or _dispatch_mode_depth() != 0 or _torch_function_mode_on()
+            or _functorch_transform() is not None or _jit_tracing_state() is not None
+            or _profiler._is_profiler_enabled
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad
+                                             or v.requires_grad)))
+
+
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layout="bshd",
               backend="auto"):
     """FlashCore attention on torch tensors through the custom op flashcore::attention_forward.
@@ -174,13 +230,34 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layou
     [b, h, s, d], read through strides without copies; out comes back in the input's layout.
     causal is bottom-right aligned (decode with s_q < s_k sees the whole cache); GQA/MQA when
     h_q is a multiple of h_kv. Returns out, or (out, lse) with lse [b, h_q, s_q] float32.
-    Works under torch.compile(fullgraph=True) and CUDA graph capture; forward only.
+    Works under torch.compile(fullgraph=True) and CUDA graph capture; forward only. Plain eager
+    calls with nothing for the dispatcher to do run the op's implementation directly.
     """
     _check_common(q, k, v, layout)
-    out, lse = torch.ops.flashcore.attention_forward(
-        q, k, v, bool(causal), None if softmax_scale is None else float(softmax_scale),
-        bool(return_lse), layout, _arrays.backend_name(backend))
+    causal = bool(causal)
+    softmax_scale = None if softmax_scale is None else float(softmax_scale)
+    return_lse = bool(return_lse)
+    backend = _arrays.backend_name(backend)
+    if _dispatcher_has_work(q, k, v):
+        out, lse = torch.ops.flashcore.attention_forward(q, k, v, causal, softmax_scale,
+                                                         return_lse, layout, backend)
+    else:
+        bhsd = layout == "bhsd"
+        out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend)
     return (out, lse) if return_lse else out
+
+
+def attention_bhsd_to_bshd(q, k, v, causal, softmax_scale):
+    """transformers' call: q/k/v [b, h, s, d] in, out [b, s_q, h_q, d] contiguous. Eager calls
+    read the inputs through strides and write the output in place; the rest goes through the
+    op on transposed views and gets the output's layout from it."""
+    if (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
+            and q.dim() == k.dim() == v.dim() == _TENSOR_RANK
+            and not _dispatcher_has_work(q, k, v)):
+        return _forward(q, k, v, bool(causal), None if softmax_scale is None else
+                        float(softmax_scale), False, True, False, "auto")[0]
+    return attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,
+                     softmax_scale=softmax_scale)
 
 
 def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
@@ -199,6 +276,10 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
     lse = None
     if return_lse:
         lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
-    stream = _current_stream(q.device) if stream is None else int(stream)
-    _launch(q, k, v, out, lse, causal, softmax_scale, backend, stream)
+    current = _current_stream(q)
+    stream = current if stream is None else int(stream)
+    q_raw = _raw("q", q)
+    _launch(q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
+            None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend, stream,
+            record_on=None if stream == current else stream)
     return (out, lse) if return_lse else out

@@ -108,9 +108,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     # [b, h, s, d] -> [b, s, h, d] views; the op allocates out contiguous in BSHD, which is the
     # [b, s, h, d] layout transformers reshapes to [b, s, h * d] without a copy.
-    out = flashcore_torch.attention(query.transpose(1, 2), key.transpose(1, 2),
-                                    value.transpose(1, 2), causal=bool(causal),
-                                    softmax_scale=scaling)
+    out = flashcore_torch.attention_bhsd_to_bshd(query, key, value, bool(causal), scaling)
     return out, None
 
 
