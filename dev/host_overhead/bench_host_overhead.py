@@ -1,0 +1,113 @@
+"""Host cost per attention call on the GPU: FlashCore's entry points vs torch SDPA pinned to its
+FlashAttention-2 backend, on a Llama decode shape and a prefill shape. Under 30 s on an H100/H200.
+
+    PYTHONPATH=<build>/python python dev/host_overhead/bench_host_overhead.py [--calls 2000]
+        [--profile]
+
+Per row: host us/call (the loop of N calls until it returns, nothing synchronised inside: what
+a host-bound decode step pays) and wall us/call (until the GPU has finished too). When host >=
+wall the GPU waits for the host. --profile adds torch.profiler's CPU-side table (CUDA runtime
+calls included) for 20 calls of each FlashCore row.
+"""
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashcore.torch as fct
+from flashcore import _flashcore
+
+WARMUP = 200  # allocator, lazy module loading, cudaFuncSetAttribute: all paid before timing
+# (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim): Llama-3-8B-like attention.
+SHAPES = [("decode", 1, 1, 4096, 32, 8, 128), ("prefill", 1, 1024, 1024, 32, 8, 128)]
+
+
+def timed(fn, calls):
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    return host / calls * 1e6, wall / calls * 1e6
+
+
+def raw_entry(q, k, v):
+    """The nanobind entry with prebuilt tuples and workspace: nanobind + library only."""
+    out = torch.empty_like(q)
+    raws = [fct._raw(n, t) for n, t in (("q", q), ("k", k), ("v", v), ("out", out))]
+    workspace = torch.empty(_flashcore.attention_workspace_bytes_raw(raws[0]), dtype=torch.uint8,
+                            device=q.device)
+    stream = torch.cuda.current_stream().cuda_stream
+    return lambda: _flashcore.attention_forward_raw(*raws, None, None, True, "auto", stream,
+                                                    workspace.data_ptr(), workspace.numel())
+
+
+def rows_for(shape):
+    _, b, sq, sk, hq, hkv, d = shape
+    make = lambda s, h: torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)  # noqa: E731
+    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    qh, kh, vh = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+    # SDPA's is_causal is top-left aligned: decode (one query row) must pass False to see the
+    # whole cache, which is what transformers does; prefill (s_q == s_k) is the same either way.
+    sdpa_causal = sq == sk
+    try:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            F.scaled_dot_product_attention(qh, kh, vh, is_causal=sdpa_causal, enable_gqa=True)
+        sdpa_k, sdpa_v, gqa, sdpa_name = kh, vh, True, "sdpa flash (enable_gqa)"
+    except RuntimeError:  # this torch's flash backend takes no GQA: repeat K/V outside the timing
+        sdpa_k, sdpa_v = (t.repeat_interleave(hq // hkv, dim=1) for t in (kh, vh))
+        gqa, sdpa_name = False, "sdpa flash (K/V pre-repeated)"
+
+    def sdpa():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(qh, sdpa_k, sdpa_v, is_causal=sdpa_causal,
+                                                  enable_gqa=gqa)
+
+    op = torch.ops.flashcore.attention_forward
+    rows = [
+        (sdpa_name, sdpa),
+        ("flashcore.torch.attention bshd", lambda: fct.attention(q, k, v, causal=True)),
+        ("flashcore.torch.attention bhsd",
+         lambda: fct.attention(qh, kh, vh, causal=True, layout="bhsd")),
+        ("torch.ops.flashcore (dispatcher) bhsd",
+         lambda: op(qh, kh, vh, True, None, False, "bhsd", "auto")),
+        ("raw nanobind entry (library only)", raw_entry(q, k, v)),
+    ]
+    if hasattr(fct, "attention_bhsd_to_bshd"):
+        rows.insert(3, ("transformers entry bhsd->bshd",
+                        lambda: fct.attention_bhsd_to_bshd(qh, kh, vh, True, None)))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  calls={args.calls}")
+    with torch.inference_mode():
+        for shape in SHAPES:
+            print(f"\n{shape[0]}: b{shape[1]} sq{shape[2]} sk{shape[3]} hq{shape[4]} "
+                  f"hkv{shape[5]} d{shape[6]} bf16 causal")
+            print(f"{'host us/call':>13} {'wall us/call':>13}  entry")
+            for name, fn in rows_for(shape):
+                host, wall = timed(fn, args.calls)
+                print(f"{host:13.1f} {wall:13.1f}  {name}")
+                if args.profile and "flashcore" in name and shape[0] == "decode":
+                    with torch.profiler.profile(
+                            activities=[torch.profiler.ProfilerActivity.CPU,
+                                        torch.profiler.ProfilerActivity.CUDA]) as prof:
+                        for _ in range(20):
+                            fn()
+                        torch.cuda.synchronize()
+                    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+if __name__ == "__main__":
+    main()
