@@ -200,12 +200,16 @@ def _check_common(q, k, v, layout):
 
 
 _Tensor = torch.Tensor
-_is_compiling = torch.compiler.is_compiling
-_dispatch_mode_depth = torch._C._len_torch_dispatch_stack
-_torch_function_mode_on = torch._C._is_torch_function_mode_enabled
-_functorch_transform = torch._C._functorch.peek_interpreter_stack
-_jit_tracing_state = torch._C._get_tracing_state
 _profiler = torch.autograd.profiler
+try:  # private hooks (torch >= 2.4 has them all); without them every call takes the op
+    _is_compiling = torch.compiler.is_compiling
+    _dispatch_mode_depth = torch._C._len_torch_dispatch_stack
+    _torch_function_mode_on = torch._C._is_torch_function_mode_enabled
+    _functorch_transform = torch._C._functorch.peek_interpreter_stack
+    _jit_tracing_state = torch._C._get_tracing_state
+    _profiler._is_profiler_enabled  # noqa: B018 (existence check)
+except AttributeError:
+    _is_compiling = lambda: True  # noqa: E731
 
 
 def _dispatcher_has_work(q, k, v):
@@ -215,6 +219,7 @@ def _dispatcher_has_work(q, k, v):
     profiler (which records the op). When it would not, eager calls skip it and its Python
     autograd wrapper (~5-10 us a call): same implementation, same checks, same results."""
     return (type(q) is not _Tensor or type(k) is not _Tensor or type(v) is not _Tensor
+            or not (q.is_cuda or q.is_cpu)  # meta tensors get the op's fake implementation
             or _is_compiling() or _dispatch_mode_depth() != 0 or _torch_function_mode_on()
             or _functorch_transform() is not None or _jit_tracing_state() is not None
             or _profiler._is_profiler_enabled

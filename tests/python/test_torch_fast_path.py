@@ -104,3 +104,10 @@ def test_inputs_needing_grad_go_through_the_op_and_refuse_backward():
     assert out.grad_fn is not None  # the op's autograd node, which refuses backward
     with pytest.raises(NotImplementedError, match="no backward kernel"):
         out.sum().backward()
+
+
+def test_meta_tensors_still_get_the_fake_implementation():
+    q, k, v = (t.to("meta") for t in _bshd("cpu", torch.float32))
+    out, lse = fct.attention(q, k, v, causal=True, return_lse=True)
+    assert out.device.type == "meta" and out.shape == q.shape
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1])
