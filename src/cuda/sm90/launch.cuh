@@ -93,19 +93,25 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   FLASHCORE_CHECK_LAUNCH();
 }
 
-template <DType kDType, int kHeadDim, bool kCausal>
-void run_sm90_forward(const AttentionParams& params) {
-  constexpr Sm90TileShape kShort = sm90_tile_row(kHeadDim, kCausal, /*short_row=*/true);
-  constexpr Sm90TileShape kGeneral = sm90_tile_row(kHeadDim, kCausal, /*short_row=*/false);
-  if constexpr (kShort.max_seqlen_q != kAnySeqlen) {
-    if (params.seqlen_q <= kShort.max_seqlen_q) {
-      using Config = Sm90TileConfig<kHeadDim, kShort.block_n, kShort.stages, kShort.consumers>;
-      run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShort)>(params);
+// Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the
+// next row. Each row is one kernel instantiation in the instance's translation unit.
+template <DType kDType, int kHeadDim, bool kCausal, int kRow>
+void run_sm90_forward_from_row(const AttentionParams& params) {
+  constexpr Sm90TileShape kShape = sm90_tile_row(kHeadDim, kCausal, kRow);
+  if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal)) {
+    if (params.seqlen_q > kShape.max_seqlen_q) {
+      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, kRow + 1>(params);
       return;
     }
   }
-  using Config = Sm90TileConfig<kHeadDim, kGeneral.block_n, kGeneral.stages, kGeneral.consumers>;
-  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kGeneral)>(params);
+  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers>;
+  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
+}
+
+// The library's entry: the tile table's row for this call's seqlen_q bucket.
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm90_forward(const AttentionParams& params) {
+  run_sm90_forward_from_row<kDType, kHeadDim, kCausal, 0>(params);
 }
 
 }  // namespace flashcore::detail

@@ -43,43 +43,85 @@ struct Sm90TileShape {
 constexpr int kAnySeqlen = 0x7fffffff;
 
 // The table: the fastest correct configuration per head_dim, mask and sequence length measured
-// on an H200 (bf16, seqlen 1k..16k; docs/kernels_sm90.md has the sweeps behind each row). Per
-// (head_dim, causal) at most two rows: one for short sequences (first) and one for all others
-// (last, max_seqlen_q = kAnySeqlen).
-// TFLOPS in the comments: H200, bf16, 8 MiB L2 sections (docs/kernels_sm90.md, runs 4-6).
+// on an H200 (bf16, standard grid batch 16384 / seqlen, heads 2048 / head_dim, 512..16k;
+// docs/kernels_sm90.md has the sweeps behind each row). Per (head_dim, causal) 1 to
+// kSm90MaxRowsPerMask rows by ascending max_seqlen_q (the row serves seqlen_q up to it), the last
+// with kAnySeqlen; each row is one more kernel in every instance's translation unit.
+// TFLOPS in the comments: H200, bf16, 8 MiB L2 sections, variants interleaved in one process
+// (dev/sm90/results/2026-11-21-h200-buckets/: time_a.log the sweep, confirm.log / time_b.log the
+// defaults beside the previous rows; same-config duplicates agree within 3%).
+constexpr int kSm90MaxRowsPerMask = 4;
 constexpr Sm90TileShape kSm90TileTable[] = {
     // d64: BLOCK_M 192 (three consumers, FA3's choice): 507-541 at 4k-16k vs 420-460 with two.
-    // Persistent: 475 / 389 at 2k / 1k vs 462 / 366 overlapped; equal at 16k.
-    {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
-    {64, true, 4096, 128, 2, Sm90Schedule::kPersistent, 3},  // 257 / 374 / 440 at 1k / 2k / 4k
-    {64, true, kAnySeqlen, 128, 3, Sm90Schedule::kOverlapPingPong, 3},  // 520 at 16k
-    // d128: persistent n128 s2 (own O staging) 539 / 604 / 602 at 1k / 2k / 4k vs overlap n176
-    // 489 / 573 / 596; overlap n176 670 at 16k vs 642 persistent n128.
+    // 3 stages tie with 2 (two timing passes; one earlier pass read +7% at 16k, not reproduced).
+    {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},  // 334/399/477/502/523/518
+    // causal <= 1k: BLOCK_M 128 (two consumers): 208 / 289 at 512 / 1k vs 194 / 270 with 192
+    // rows (41% / 33% of the QK^T work lies past the diagonal or in the row tail with 192 rows,
+    // 20% / 11% with 128: 512 = 192 + 192 + 128), but 347 vs 385 at 2k (three consumers share
+    // each K/V tile).
+    {64, true, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
+    // > 1k: 385 / 439 / 507 / 522 at 2k / 4k / 8k / 16k; overlap n128 s3 (the old > 4k row)
+    // 360 / 427 / 503 / 522.
+    {64, true, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
+    // d128: persistent n128 s2 (own O staging) 482 / 562 / 566 / 613 at 512 / 1k / 2k / 4k vs
+    // overlap n176 398 / 504 / 535 / 602; overlap n176 655 / 657 at 8k / 16k (pers n176 659 /
+    // 669 and overlap n160 669 at 16k: within the 3% spread).
     {128, false, 4096, 128, 2, Sm90Schedule::kPersistent, 2},
     {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
-    {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},   // 413 / 519 / 598 at 1k / 2k / 4k
-    {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 663 at 16k
-    // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory.
-    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 589 / 669 / 711 at 1k / 2k / 4k
-    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 706 at 16k
-    {256, true, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 425 / 543 / 629 at 1k / 2k / 4k
-    {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 763 at 16k
+    {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},  // 323/441/537/597 at 512..4k
+    {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 640 / 675 at 8k / 16k
+    // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory. n64: 2-15%
+    // slower everywhere.
+    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 485/587/656/708 at 512..4k
+    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 753 / 715 at 8k / 16k
+    // causal: persistent ties or beats overlap at every length, so one kernel, not two:
+    // 316/451/550/631/677/776 at 512..16k vs overlap 313/444/518/627/672/773.
+    {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kPersistent, 2},
 };
 
-// The row for (head_dim, causal): the short-sequence one (first match) or the general one (last).
-constexpr Sm90TileShape sm90_tile_row(int head_dim, bool causal, bool short_row) {
+// How many rows (head_dim, causal) has, and its index-th row in table order (rows of one
+// (head_dim, causal) are listed by ascending max_seqlen_q, the last with kAnySeqlen).
+constexpr int sm90_row_count(int head_dim, bool causal) {
+  int count = 0;
+  for (const Sm90TileShape& shape : kSm90TileTable)
+    count += (shape.head_dim == head_dim && shape.causal == causal) ? 1 : 0;
+  return count;
+}
+
+constexpr Sm90TileShape sm90_tile_row(int head_dim, bool causal, int index) {
   Sm90TileShape found{0, false, 0, 0, 0, Sm90Schedule::kPlain, 2};
+  int seen = 0;
   for (const Sm90TileShape& shape : kSm90TileTable) {
     if (shape.head_dim == head_dim && shape.causal == causal) {
-      found = shape;
-      if (short_row) return found;
+      if (seen == index) return shape;
+      ++seen;
     }
   }
   return found;
 }
 
+// The rows of every (head_dim, causal) cover all lengths in ascending order: the launcher walks
+// them with if constexpr, so a wrong order would silently skip a bucket.
+constexpr bool sm90_rows_ordered() {
+  for (int head_dim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      const int rows = sm90_row_count(head_dim, causal);
+      if (rows == 0 || rows > kSm90MaxRowsPerMask) return false;
+      if (sm90_tile_row(head_dim, causal, rows - 1).max_seqlen_q != kAnySeqlen) return false;
+      for (int i = 1; i < rows; ++i)
+        if (sm90_tile_row(head_dim, causal, i - 1).max_seqlen_q >=
+            sm90_tile_row(head_dim, causal, i).max_seqlen_q)
+          return false;
+    }
+  }
+  return true;
+}
+static_assert(sm90_rows_ordered(), "kSm90TileTable: 1-4 rows per (head_dim, causal), ascending "
+                                   "max_seqlen_q, the last one kAnySeqlen");
+
+// The general (longest-sequence) row: the defaults of Sm90TileConfig.
 constexpr Sm90TileShape sm90_tile_shape(int head_dim, bool causal = false) {
-  return sm90_tile_row(head_dim, causal, /*short_row=*/false);
+  return sm90_tile_row(head_dim, causal, sm90_row_count(head_dim, causal) - 1);
 }
 
 // The schedule run_sm90_forward uses: the table's row, or for experiments every head_dim forced
