@@ -376,7 +376,7 @@ void validate_for_backend(const AttentionParams& params, const AttentionArgs& ar
   }
   (void)args;
   if (!is_cuda_backend(backend)) return;
-  std::vector<int> dims = compiled_head_dims(backend);
+  const std::vector<int>& dims = compiled_head_dims(backend);
   bool supported = false;
   std::string list;
   for (int dim : dims) {
