@@ -37,14 +37,16 @@ def timed(fn, calls):
     return host / calls * 1e6, wall / calls * 1e6
 
 
-def raw_entry(q, k, v):
-    """The nanobind entry with prebuilt tuples and workspace: nanobind + library only."""
+def raw_entry(q, k, v, backend):
+    """The nanobind entry with prebuilt tuples and workspace: nanobind + library only (per
+    backend: sm80 builds no tensor maps and zeroes no workspace, so the two rows bracket the
+    sm90 launcher's own host cost)."""
     out = torch.empty_like(q)
     raws = [fct._raw(n, t) for n, t in (("q", q), ("k", k), ("v", v), ("out", out))]
     workspace = torch.empty(_flashcore.attention_workspace_bytes_raw(raws[0]), dtype=torch.uint8,
                             device=q.device)
     stream = torch.cuda.current_stream().cuda_stream
-    return lambda: _flashcore.attention_forward_raw(*raws, None, None, True, "auto", stream,
+    return lambda: _flashcore.attention_forward_raw(*raws, None, None, True, backend, stream,
                                                     workspace.data_ptr(), workspace.numel())
 
 
@@ -77,8 +79,11 @@ def rows_for(shape):
          lambda: fct.attention(qh, kh, vh, causal=True, layout="bhsd")),
         ("torch.ops.flashcore (dispatcher) bhsd",
          lambda: op(qh, kh, vh, True, None, False, "bhsd", "auto")),
-        ("raw nanobind entry (library only)", raw_entry(q, k, v)),
     ]
+    for backend in ("sm90", "sm80"):
+        if _flashcore.backend_available(backend, q.get_device()):
+            rows.append((f"raw nanobind entry, {backend} (library only)",
+                         raw_entry(q, k, v, backend)))
     if hasattr(fct, "attention_bhsd_to_bshd"):
         rows.insert(3, ("transformers entry bhsd->bshd",
                         lambda: fct.attention_bhsd_to_bshd(qh, kh, vh, True, None)))
