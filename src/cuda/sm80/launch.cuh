@@ -8,6 +8,7 @@
 #include "common/params.h"
 #include "cuda/check.h"
 #include "cuda/common/mask.cuh"
+#include "cuda/common/smem_attribute.cuh"
 #include "cuda/launchers.h"
 #include "cuda/sm80/forward_kernel.cuh"
 
@@ -17,14 +18,12 @@ template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm80_forward(const AttentionParams& params) {
   using Shape = Sm80ForwardTraits<kDType, kHeadDim, kCausal>;
   if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
-  const auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal>;
+  constexpr auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal>;
   const int smem_bytes = static_cast<int>(Shape::kSmemBytes);
   // The kernel's static shared memory (two pointers) counts against the same default limit.
   constexpr size_t kStaticSmemMargin = 1024;
   if (Shape::kSmemBytes + kStaticSmemMargin > Shape::kDefaultSmemLimit) {
-    // Per device and cheap; set on every launch rather than caching per device.
-    FLASHCORE_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    raise_dynamic_smem_limit_once<kernel>(smem_bytes, params.device_index);
   }
   const dim3 grid(ceil_div(params.seqlen_q, Shape::kBlockM), params.heads_q, params.batch);
   const dim3 block(Shape::kThreads);

@@ -12,6 +12,7 @@
 
 #include "common/params.h"
 #include "cuda/check.h"
+#include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -72,9 +73,8 @@ void run_sm90_forward_configured(const AttentionParams& params) {
        params.o_row_stride, params.o_head_stride, params.o_batch_stride},
       kDType, Config::kRowsPerConsumer);
 
-  auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
-  FLASHCORE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            Config::kSmemBytes));
+  constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
+  raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
   int64_t grid = num_tiles;
   Sm90TileCounters tile_counters;
   if constexpr (sm90_is_persistent(kSchedule)) {
