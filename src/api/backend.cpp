@@ -42,7 +42,7 @@ std::string why_not(Backend backend, const AttentionParams& params, const Attent
 
 Backend choose_backend(const AttentionParams& params, const AttentionArgs& args) {
   if (args.backend != Backend::kAuto) {
-    validate_for_backend(params, args, args.backend);
+    validate_for_backend(params, args.backend);
     return args.backend;
   }
   if (args.q.device.type == DeviceType::kCPU) return Backend::kCPU;
@@ -52,7 +52,7 @@ Backend choose_backend(const AttentionParams& params, const AttentionArgs& args)
   if (sm80_reason.empty()) return Backend::kSM80;
   // Report the most specific error: an unsupported head_dim beats a generic "unavailable".
   if (backend_unavailable_reason(Backend::kSM80, params.device_index).empty()) {
-    validate_for_backend(params, args, Backend::kSM80);
+    validate_for_backend(params, Backend::kSM80);
   }
   throw Error("no CUDA backend can run this call on " + device_name(args.q.device) +
               ": sm90: " + sm90_reason + "; sm80: " + sm80_reason);

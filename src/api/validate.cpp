@@ -16,6 +16,9 @@ namespace {
 
 constexpr int kAttentionRank = 4;  // [batch, seqlen, heads, head_dim]
 constexpr const char* kDimNames[kAttentionRank] = {"batch", "seqlen", "heads", "head_dim"};
+constexpr int kLseRank = 3;        // [batch, heads_q, seqlen_q]
+// Kernels compute exp(x * scale) as exp2(x * scale * log2(e)); the product is rounded once.
+constexpr double kLog2e = 1.4426950408889634;
 
 [[noreturn]] void fail(const std::string& message) { throw Error(message); }
 
@@ -126,7 +129,7 @@ void check_cuda_alignment(const char* name, const TensorView& t) {
 
 void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_t seqlen_q) {
   const TensorView& lse = *args.lse;
-  if (lse.ndim != 3) {
+  if (lse.ndim != kLseRank) {
     fail("lse must be 3-D [batch, heads_q, seqlen_q], got ndim=" + std::to_string(lse.ndim) +
          " " + shape_string(lse));
   }
@@ -137,18 +140,7 @@ void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_
   if (lse.dtype != DType::kFloat32) {
     fail(std::string("lse must be fp32, got ") + to_string(lse.dtype));
   }
-  for (int i = 0; i < 3; ++i) {
-    if (lse.strides[i] < 0) {
-      fail("stride of dim " + std::to_string(i) + " of lse must be >= 0, got " +
-           std::to_string(lse.strides[i]));
-    }
-  }
-  if (lse.strides[2] != 1 && lse.shape[2] > 1) {
-    fail("stride of last dim of lse must be 1, got " + std::to_string(lse.strides[2]));
-  }
-  if (lse.data == nullptr && lse.numel() > 0) {
-    fail("lse has a null data pointer but " + std::to_string(lse.numel()) + " elements");
-  }
+  check_tensor("lse", lse, kLseRank);  // strides and pointer, as for q/k/v/out
   check_same_device("lse", lse, "q", args.q);
   for (auto [name, t] : {std::pair{"q", &args.q}, {"k", &args.k}, {"v", &args.v},
                          {"out", &args.out}}) {
@@ -335,7 +327,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.o_head_stride = out.strides[2];
   if (args.lse) p.lse_batch_stride = args.lse->strides[0], p.lse_head_stride = args.lse->strides[1];
   p.softmax_scale = scale;
-  p.softmax_scale_log2 = static_cast<float>(double(scale) * 1.4426950408889634);  // log2(e)
+  p.softmax_scale_log2 = static_cast<float>(double(scale) * kLog2e);
   p.causal = args.causal;
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;
@@ -368,13 +360,11 @@ std::string backend_unavailable_reason(Backend backend, int device_index) {
 #endif
 }
 
-void validate_for_backend(const AttentionParams& params, const AttentionArgs& args,
-                          Backend backend) {
+void validate_for_backend(const AttentionParams& params, Backend backend) {
   std::string reason = backend_unavailable_reason(backend, params.device_index);
   if (!reason.empty()) {
     fail(std::string("backend ") + to_string(backend) + " requested but not available: " + reason);
   }
-  (void)args;
   if (!is_cuda_backend(backend)) return;
   const std::vector<int>& dims = compiled_head_dims(backend);
   bool supported = false;

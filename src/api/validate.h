@@ -29,8 +29,7 @@ bool is_cuda_backend(Backend backend);
 AttentionParams validate_common(const AttentionArgs& args);
 
 // Throws unless `backend` (not kAuto) can run this call.
-void validate_for_backend(const AttentionParams& params, const AttentionArgs& args,
-                          Backend backend);
+void validate_for_backend(const AttentionParams& params, Backend backend);
 
 // Why `backend` cannot run on device `device_index`, or "" when it can.
 std::string backend_unavailable_reason(Backend backend, int device_index);
