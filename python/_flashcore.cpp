@@ -45,7 +45,7 @@ using OutputArray = nb::ndarray<>;
 // (data_ptr, dtype code, device type code, device index, shape, strides in elements).
 using RawTensor =
     std::tuple<uintptr_t, int, int, int, std::vector<int64_t>, std::vector<int64_t>>;
-// Codes of RawTensor, mirrored in flashcore/_raw.py.
+// Codes of RawTensor, mirrored in flashcore/_arrays.py (RAW_*).
 enum RawDType : int { kRawFloat16 = 0, kRawBFloat16 = 1, kRawFloat32 = 2 };
 enum RawDevice : int { kRawCPU = 0, kRawCUDA = 1 };
 
@@ -183,18 +183,28 @@ std::string run(const flashcore::AttentionArgs& args) {
   return flashcore::to_string(ran);
 }
 
+// Views are built in argument order so that the first bad argument is the one named.
+flashcore::AttentionArgs args_of_dlpack(const InputArray& q, const InputArray& k,
+                                        const InputArray& v, const OutputArray& out,
+                                        const std::optional<OutputArray>& lse,
+                                        std::optional<float> softmax_scale, bool causal,
+                                        const std::string& backend, uintptr_t stream,
+                                        uintptr_t workspace, size_t workspace_bytes) {
+  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
+  const TensorView out_view = view_of(out, "out");
+  std::optional<TensorView> lse_view;
+  if (lse) lse_view = view_of(*lse, "lse");
+  return make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
+                   stream, workspace, workspace_bytes);
+}
+
 std::string forward_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
                            const OutputArray& out, const std::optional<OutputArray>& lse,
                            std::optional<float> softmax_scale, bool causal,
                            const std::string& backend, uintptr_t stream, uintptr_t workspace,
                            size_t workspace_bytes) {
-  // Views are built in argument order so that the first bad argument is the one named.
-  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
-  const TensorView out_view = view_of(out, "out");
-  std::optional<TensorView> lse_view;
-  if (lse) lse_view = view_of(*lse, "lse");
-  return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
-                       stream, workspace, workspace_bytes));
+  return run(args_of_dlpack(q, k, v, out, lse, softmax_scale, causal, backend, stream, workspace,
+                            workspace_bytes));
 }
 
 std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor& v,
@@ -214,12 +224,9 @@ std::string select_dlpack(const InputArray& q, const InputArray& k, const InputA
                           const OutputArray& out, const std::optional<OutputArray>& lse,
                           std::optional<float> softmax_scale, bool causal,
                           const std::string& backend) {
-  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
-  const TensorView out_view = view_of(out, "out");
-  std::optional<TensorView> lse_view;
-  if (lse) lse_view = view_of(*lse, "lse");
-  return flashcore::to_string(flashcore::select_backend(make_args(
-      q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend, 0, 0, 0)));
+  return flashcore::to_string(flashcore::select_backend(args_of_dlpack(
+      q, k, v, out, lse, softmax_scale, causal, backend, /*stream=*/0, /*workspace=*/0,
+      /*workspace_bytes=*/0)));
 }
 
 // Workspace bytes of a call on q (only q's device matters today; the C++ function takes the whole
