@@ -36,13 +36,13 @@ def _is_numpy_bfloat16(array):
     return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
 
 
-def _numpy_raw(name, array):
+def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16):
     itemsize = array.dtype.itemsize
     if any(stride % itemsize for stride in array.strides):
         raise FlashCoreError(
             f"{name} has byte strides {array.strides} that are not multiples of its element size "
             f"{itemsize}")
-    return (array.ctypes.data, RAW_BFLOAT16, RAW_CPU, 0, tuple(array.shape),
+    return (array.ctypes.data, dtype_code, RAW_CPU, 0, tuple(array.shape),
             tuple(stride // itemsize for stride in array.strides))
 
 
@@ -64,7 +64,8 @@ def _default_stream(array, stream):
     return 0
 
 
-def _lse_shape(q):
+def lse_shape(q):
+    """[batch, heads_q, seqlen_q] of the lse for a BSHD q."""
     batch, seqlen_q, heads_q = q.shape[0], q.shape[1], q.shape[2]
     return (batch, heads_q, seqlen_q)
 
@@ -86,7 +87,7 @@ def _allocate_outputs(q, out, return_lse):
             raise FlashCoreError(
                 f"return_lse=True needs FlashCore to allocate lse, which it cannot do for q of "
                 f"type {type(q).__module__}.{type(q).__name__}; use NumPy, CuPy or PyTorch")
-        lse = xp.empty(_lse_shape(q), dtype=xp.float32)
+        lse = xp.empty(lse_shape(q), dtype=xp.float32)
     return out, lse
 
 
@@ -122,10 +123,7 @@ def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend
             _numpy_raw(name, a) if _is_numpy_bfloat16(a) else _not_bfloat16(name, a)
             for name, a in (("q", q), ("k", k), ("v", v), ("out", out))
         ]
-        lse_raw = None
-        if lse is not None:
-            lse_raw = (lse.ctypes.data, RAW_FLOAT32, RAW_CPU, 0, tuple(lse.shape),
-                       tuple(s // lse.itemsize for s in lse.strides))
+        lse_raw = None if lse is None else _numpy_raw("lse", lse, RAW_FLOAT32)
         _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
     else:
         stream = _default_stream(q, stream)

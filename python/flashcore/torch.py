@@ -7,8 +7,9 @@
 The op has a fake implementation (shapes/dtypes only), so torch.compile(fullgraph=True) traces it
 without graph breaks; outputs come from torch's caching allocator and the kernel runs on torch's
 current stream with no host synchronisation, so CUDA graph capture records it. BHSD inputs are
-passed as transposed views (the library takes any strides with a contiguous last dimension):
-no copies. There is no backward kernel yet: backward through the op raises NotImplementedError.
+described to the library by their strides (it takes any strides with a contiguous last
+dimension): no copies. There is no backward kernel yet: backward through the op raises
+NotImplementedError.
 """
 
 from typing import Optional, Tuple
@@ -121,18 +122,11 @@ def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, bac
 
 def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
          record_on):
-    workspace = _workspace(q_raw, q, record_on)
-    if workspace is None:
-        return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw,
-                                                softmax_scale, causal, backend, stream)
+    workspace = _workspace(q_raw, q, record_on)  # alive until the call returns
+    workspace_ptr, nbytes = (0, 0) if workspace is None else (workspace.data_ptr(),
+                                                              workspace.numel())
     return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw, softmax_scale,
-                                            causal, backend, stream, workspace.data_ptr(),
-                                            workspace.numel())
-
-
-def _lse_shape(q_bshd):
-    batch, seqlen_q, heads_q, _ = q_bshd.shape
-    return (batch, heads_q, seqlen_q)
+                                            causal, backend, stream, workspace_ptr, nbytes)
 
 
 def _last_dim_contiguous(tensor):
@@ -175,9 +169,9 @@ def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
 def _attention_forward_fake(q, k, v, causal, softmax_scale, return_lse, layout, backend):
     out = q.new_empty(q.shape)
     if return_lse:
-        lse = q.new_empty(_lse_shape(_to_bshd(q, layout)), dtype=torch.float32)
+        lse = q.new_empty(_arrays.lse_shape(_to_bshd(q, layout)), dtype=_FLOAT32)
     else:
-        lse = q.new_empty((0,), dtype=torch.float32)
+        lse = q.new_empty((0,), dtype=_FLOAT32)
     return out, lse
 
 
@@ -280,7 +274,7 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = None
     if return_lse:
-        lse = torch.empty(_lse_shape(q), dtype=torch.float32, device=q.device)
+        lse = torch.empty(_arrays.lse_shape(q), dtype=torch.float32, device=q.device)
     current = _current_stream(q)
     stream = current if stream is None else int(stream)
     q_raw = _raw("q", q)

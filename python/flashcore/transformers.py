@@ -1,4 +1,4 @@
-"""Hugging Face transformers integration: FlashCore as attn_implementation="flashcore".
+"""Hugging Face transformers integration: FlashCore as attn_implementation="FlashCore".
 
     import flashcore.transformers
     name = flashcore.transformers.register()          # "FlashCore"
@@ -106,8 +106,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         return _sdpa_attention(module, query, key, value, attention_mask, dropout=dropout,
                                scaling=scaling, is_causal=is_causal, **kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    # [b, h, s, d] -> [b, s, h, d] views; the op allocates out contiguous in BSHD, which is the
-    # [b, s, h, d] layout transformers reshapes to [b, s, h * d] without a copy.
+    # out comes back contiguous [b, s, h, d]: transformers reshapes it to [b, s, h * d] without a
+    # copy.
     out = flashcore_torch.attention_bhsd_to_bshd(query, key, value, bool(causal), scaling)
     return out, None
 
