@@ -23,7 +23,8 @@
 
 namespace flashcore::detail {
 
-// Named barrier ids 1 and 2: the epilogue of consumer 0 and 1 (128 threads each).
+// Named barrier ids 1, 2 (and 3 with three consumers): the epilogue of each consumer warpgroup
+// (128 threads each).
 constexpr uint32_t kEpilogueBarrierBase = 1;
 
 template <DType kDType, class Config, int kOAccRegs>

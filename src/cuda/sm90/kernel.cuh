@@ -1,7 +1,9 @@
-// The Hopper (sm90a) attention forward kernel: one CTA per (m-block of 128 query rows, head, batch),
-// or with the persistent schedule one CTA per SM striding over those tiles.
+// The Hopper (sm90a) attention forward kernel: one CTA per (m-block of BLOCK_M query rows, head,
+// batch), or with a persistent schedule one CTA per SM claiming those tiles one after another
+// (dynamically, through two counters: pipeline.cuh). BLOCK_M is 64 rows per consumer warpgroup,
+// two consumers (128) or three (192, d64); register budgets per role are in tile_config.h.
 //
-//   warpgroup 0 (producer, 40 regs)        warpgroups 1, 2 (consumers, 232 regs, 64 rows each)
+//   warpgroup 0 (producer)                 warpgroups 1.. (consumers, 64 rows each)
 //   ---------------------------------      -------------------------------------------------
 //   TMA Q            -> q_full  ---------> wait q_full
 //   for KV tile j:                         for KV tile j:

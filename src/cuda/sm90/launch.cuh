@@ -1,6 +1,8 @@
-// Host launcher of the Hopper kernel: builds the four tensor maps for this call, raises the kernel's
-// dynamic shared-memory limit and launches one CTA per output tile on params.stream. Throws Error
-// for anything it cannot run (the API then falls back to the sm80 kernel).
+// Host launcher of the Hopper kernel: picks the tile-table row for this call's head_dim, mask and
+// seqlen_q, builds the four tensor maps, raises the kernel's dynamic shared-memory limit once, and
+// launches on params.stream one CTA per output tile (or, for persistent rows, one per SM claiming
+// tiles through the workspace counters). Throws Error for anything it cannot run, e.g. strides a
+// tensor map cannot describe (auto selection already sends those calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,8 @@
-// The Hopper kernel's tile table: one row per head_dim, everything else derived from it.
+// The Hopper kernel's tile table: rows per (head_dim, causal, seqlen_q bucket), everything else
+// derived from them.
 //
-// A CTA is 3 warpgroups: a producer (TMA) and two consumers that each own 64 query rows (the
-// wgmma M), so BLOCK_M = 128. Per consumer thread the registers hold the O accumulator
+// A CTA is a producer warpgroup (TMA) and two or three consumers that each own 64 query rows (the
+// wgmma M), so BLOCK_M = 128 or 192. Per consumer thread the registers hold the O accumulator
 // (64 x head_dim / 128 threads) plus S (64 x BLOCK_N / 128) plus P as 16-bit pairs (half of S);
 // that must fit in kConsumerRegisters with room for addresses and softmax state.
 //   d64 : O 32 + S 64 + P 32 = 128 regs; smem 16K Q + 2 x 2 x 16K K/V = 80 KB
@@ -16,8 +17,8 @@ namespace flashcore::detail {
 enum class Sm90Schedule : int {
   kPlain = 0,            // stage 2: QK^T, softmax, PV in turn; kept as the safe reference
   kOverlapPingPong = 1,  // stage 3: QK^T of tile t+1 beside PV of tile t, warpgroups take turns
-  kPersistent = 2,       // stage 4: kOverlapPingPong in persistent CTAs (one per SM) striding
-                         // over the tiles, the next tile's loads overlapping this one's epilogue
+  kPersistent = 2,       // stage 4: kOverlapPingPong in persistent CTAs (one per SM) claiming
+                         // tiles dynamically, the next tile's loads overlapping this epilogue
   kPersistentPlain = 3,  // kPlain consumers in persistent CTAs
   kOverlapOnly = 4,      // kOverlapPingPong without the turn barriers (measures what they do)
 };
