@@ -108,7 +108,8 @@ int run(const fb::BenchOptions& options) {
             << " backend(s)\n";
   if (fb::gpu_present()) {
     std::cout << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
-              << " MiB; inputs smaller than 3x L2 are rotated between timed runs)\n";
+              << " MiB; inputs smaller than " << fb::kColdCacheL2Multiple
+              << "x L2 are rotated between timed runs)\n";
   }
   std::cout << fb::host_device_name() << "\n\n";
 

@@ -17,10 +17,6 @@ using testing::ProblemShape;
 constexpr uint8_t kPoisonByte = 0xFF;  // all-ones bits are a NaN in fp16, bf16 and fp32
 constexpr size_t kBufferAlignment = 256;  // cudaMalloc's own alignment, kept for every copy
 
-// BENCHMARKS.md wants inputs larger than L2. When one input set (q, k, v, out, lse) is smaller
-// than this many L2 sizes, the timed runs rotate among copies so each run finds its data evicted
-// by the ones in between (a cold-cache time, as for the large configs).
-constexpr int64_t kColdCacheL2Multiple = 3;
 // Bounds the memory of the rotation for tiny configs (they stay launch-bound anyway).
 constexpr int64_t kMaxInputCopies = 512;
 

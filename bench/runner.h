@@ -38,6 +38,11 @@ struct BenchRecord {
 // Whether `backend` runs on device memory here (auto: when a CUDA backend is available).
 bool runs_on_gpu(Backend backend);
 
+// BENCHMARKS.md wants inputs larger than L2. When one input set (q, k, v, out, lse) is smaller
+// than this many L2 sizes, the timed runs rotate among copies so each run finds its data evicted
+// by the ones in between (a cold-cache time, as for the large configs).
+inline constexpr int64_t kColdCacheL2Multiple = 3;
+
 // The host CPU model ("cpu: AMD EPYC ... (16 threads)").
 std::string host_device_name();
 
