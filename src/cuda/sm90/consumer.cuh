@@ -57,6 +57,27 @@ struct Sm90ConsumerMath {
   }
 };
 
+// The query rows this consumer thread's accumulators hold (the wgmma layout: rows warp * 16 +
+// lane / 4 and + 8, columns 2 * (lane % 4) + {0, 1} of every 8) and how far each row may look.
+// Both consumer schedules start from it.
+template <class Config, bool kCausal>
+struct Sm90ThreadRows {
+  int slab_row_begin;  // first query row of this consumer's 64-row slab
+  int lane_col;        // this thread's first column within each group of 8
+  int col_limit[2];    // one past the last visible key column of its two rows
+
+  __device__ __forceinline__ Sm90ThreadRows(const AttentionParams& params, const Sm90Tile& tile,
+                                            int consumer, int thread_in_warpgroup) {
+    const int lane = thread_in_warpgroup % 32;
+    slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+    const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
+    const MaskPolicy<kCausal> mask(params, tile.batch);
+    col_limit[0] = mask.col_limit(row0);
+    col_limit[1] = mask.col_limit(row0 + 8);
+    lane_col = 2 * (lane % 4);
+  }
+};
+
 template <DType kDType, class Config, bool kCausal>
 __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              const CUtensorMap* map_o,
@@ -66,11 +87,7 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              Sm90TileLoopState<Config::kStages>& state,
                                              const Sm90QRelease& release) {
   using Math = Sm90ConsumerMath<kDType, Config>;
-  const int lane = thread_in_warpgroup % 32;
-  const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
-  const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
-  const MaskPolicy<kCausal> mask(params, tile.batch);
-  const int col_limit[2] = {mask.col_limit(row0), mask.col_limit(row0 + 8)};
+  const Sm90ThreadRows<Config, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
 
   float o[Math::kOAccRegs];
@@ -93,7 +110,8 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
     if (step == count - 1) release.after_last_qk();
 
     if (n_block >= kv_tiles.first_masked) {
-      mask_columns(s, n_block * Config::kBlockN + 2 * (lane % 4), col_limit[0], col_limit[1]);
+      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                   rows.col_limit[1]);
     }
     float correction[2];
     softmax.update(s, params.softmax_scale_log2, correction);
@@ -112,7 +130,7 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
   uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
                                                                    : smem.q_slab(consumer);
   sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
-                                slab_row_begin, consumer, thread_in_warpgroup, release);
+                                rows.slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;
 }
 

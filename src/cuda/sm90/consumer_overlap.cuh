@@ -70,12 +70,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                                                         Sm90TileLoopState<Config::kStages>& state,
                                                         const Sm90QRelease& release) {
   using Math = Sm90ConsumerMath<kDType, Config>;
-  const int lane = thread_in_warpgroup % 32;
-  const int slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
-  const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
-  const MaskPolicy<kCausal> mask(params, tile.batch);
-  const int col_limit[2] = {mask.col_limit(row0), mask.col_limit(row0 + 8)};
-  const int lane_col = 2 * (lane % 4);
+  const Sm90ThreadRows<Config, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
   const float scale_log2 = params.softmax_scale_log2;
   const PingPongTurns<kPingPong, Config::kConsumerWarpgroups> turns{consumer};
@@ -105,7 +100,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     if (num_tiles == 1) release.after_last_qk();
     int n_block = kv_tiles.end - 1;
     if (n_block >= kv_tiles.first_masked) {
-      mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
+      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                   rows.col_limit[1]);
     }
     softmax.update(s, scale_log2, correction);  // O is still 0: no rescale needed
     accumulator_to_a_fragments<kDType>(s, p);
@@ -126,7 +122,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       mbarrier_arrive(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
       if (n_block >= kv_tiles.first_masked) {
-        mask_columns(s, n_block * Config::kBlockN + lane_col, col_limit[0], col_limit[1]);
+        mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                     rows.col_limit[1]);
       }
       softmax.update(s, scale_log2, correction);
 
@@ -151,7 +148,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
                                                                    : smem.q_slab(consumer);
   sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
-                                slab_row_begin, consumer, thread_in_warpgroup, release);
+                                rows.slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;
 }
 
