@@ -69,9 +69,16 @@ def check_accuracy(name, out, lse, q, k, v, causal=False, softmax_scale=None):
     """Asserts the BENCHMARKS.md rule; the message names the worst element and both values."""
     ref_out, ref_lse = attention_reference(q, k, v, causal, softmax_scale)
     base_out, base_lse = baseline_attention(q, k, v, causal, softmax_scale)
-    pairs = [("out", out, ref_out, base_out, OUT_SLACK)]
+    assert_within_rule(name, out, lse, (ref_out, ref_lse), (base_out, base_lse))
+
+
+def assert_within_rule(name, out, lse, reference, baseline):
+    """The rule itself, on NumPy arrays: max|actual - ref| <= 2 * max|baseline - ref| + slack,
+    and no NaN/Inf where the reference is finite. reference and baseline are (out, lse) in
+    float64; lse may be None to check out only. Shared by the NumPy and torch checks."""
+    pairs = [("out", out, reference[0], baseline[0], OUT_SLACK)]
     if lse is not None:
-        pairs.append(("lse", lse, ref_lse, base_lse, LSE_SLACK))
+        pairs.append(("lse", lse, reference[1], baseline[1], LSE_SLACK))
     for label, actual, ref, base, slack in pairs:
         actual64 = np.asarray(actual, dtype=np.float32).astype(np.float64)
         bad = ~np.isfinite(actual64) & np.isfinite(ref)
