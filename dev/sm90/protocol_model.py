@@ -254,27 +254,26 @@ class Cta:
         generation = self.turn[c].sync(f"c{c}")
         yield lambda g=generation: self.turn[c].generation > g
 
-    def turn_end(self, c, last):
-        if c == 1 and last:
-            return
+    def turn_end(self, c):
         self.turn[1 - c].arrive(f"c{c}")
 
     def consumer_overlap(self, c):
+        # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once.
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
+        if c == 1:
+            self.turn[0].arrive(who)
         for tile_id, count in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, tile_id)
             if count == 0:
                 self.release_q_after_last_qk()
             if count > 0:
-                if c == 1:
-                    self.turn[0].arrive(who)
                 s = ring.stage
                 yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
                 yield from self.turn_begin(c)
                 self.smem.start_read(f"q{c}", tile_id, who)
                 self.smem.start_read(f"k{s}", (tile_id, 0), who)
-                self.turn_end(c, False)
+                self.turn_end(c)
                 yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
                 self.k_empty[s].arrive(128)
                 if count == 1:
@@ -289,7 +288,7 @@ class Cta:
                     self.smem.start_read(f"q{c}", tile_id, who)
                     self.smem.start_read(f"k{s}", (tile_id, step), who)
                     self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
-                    self.turn_end(c, False)
+                    self.turn_end(c)
                     yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
                     self.k_empty[s].arrive(128)
                     if step == count - 1:
@@ -300,7 +299,7 @@ class Cta:
                 yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
                 yield from self.turn_begin(c)
                 self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
-                self.turn_end(c, True)
+                self.turn_end(c)
                 yield from self.wgmma_wait(who, [f"v{s}"])
                 self.v_empty[s].arrive(128)
                 ring.advance()
@@ -309,6 +308,11 @@ class Cta:
         if self.persistent:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, -1)
+        if c == 0:
+            yield from self.turn_begin(c)
+        for barrier in self.turn:
+            if barrier.arrived and c == 0:
+                raise ModelError(f"{barrier.name}: {barrier.arrived} arrivals left at the end")
 
     def run(self):
         plain = self.schedule in ("plain", "pplain")

@@ -14,10 +14,11 @@
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
 // consumer (consumer c syncs on kTurnBarrier[c] and, right after issuing, arrives on the next
-// one's). The last consumer arrives once up front so consumer 0 goes first, and skips its arrival
-// after its last turn, so every barrier ends with as many arrivals as syncs. All consumers take
-// n + 1 turns (same n), so the turn barriers are balanced after every tile and a persistent CTA can
-// run tile after tile.
+// one's). The rotation lasts the CTA's life, across tiles: every consumer takes n + 1 turns per
+// tile (same n), so the rotation is in step at each tile boundary, and consumer 0 issues the next
+// tile's first S = Q K^T as soon as the last consumer has issued its last P V, under the other
+// consumers' epilogues (restarting it per tile left the tensor cores idle through every
+// consumer's epilogue). The kernel calls start() and finish() once (see PingPongTurns).
 //
 // `state` carries the ring position and the Q phase across tiles; `release` says when the Q slab
 // goes back to the producer (persistent schedules).
@@ -41,26 +42,34 @@ constexpr uint32_t kTurnBarrierBase = 5;
 constexpr uint32_t kTurnBarrierThreads = 256;
 
 // Turns go round 0, 1, .., kConsumers-1, 0, ... kEnabled = false turns every call into nothing
-// (Sm90Schedule::kOverlapOnly).
+// (the plain schedules and Sm90Schedule::kOverlapOnly).
 template <bool kEnabled, int kConsumers>
 struct PingPongTurns {
   int consumer;
   __device__ __forceinline__ void begin() const {
     if (kEnabled) named_barrier_sync(kTurnBarrierBase + consumer, kTurnBarrierThreads);
   }
-  __device__ __forceinline__ void end(bool last_turn) const {
-    if (!kEnabled || (consumer == kConsumers - 1 && last_turn)) return;
-    named_barrier_arrive(kTurnBarrierBase + (consumer + 1) % kConsumers, kTurnBarrierThreads);
+  __device__ __forceinline__ void end() const {
+    if (kEnabled) {
+      named_barrier_arrive(kTurnBarrierBase + (consumer + 1) % kConsumers, kTurnBarrierThreads);
+    }
   }
-  // The last consumer hands the first turn to consumer 0.
+  // Once per CTA, before its first tile: the last consumer hands the first turn to consumer 0.
   __device__ __forceinline__ void start() const {
     if (kEnabled && consumer == kConsumers - 1) {
       named_barrier_arrive(kTurnBarrierBase + 0, kTurnBarrierThreads);
     }
   }
+  // Once per CTA, after its last tile: consumer 0 takes the hand-over of the last turn, so every
+  // barrier ends with as many arrivals as syncs.
+  __device__ __forceinline__ void finish() const {
+    if (kEnabled && consumer == 0) {
+      named_barrier_sync(kTurnBarrierBase + 0, kTurnBarrierThreads);
+    }
+  }
 };
 
-template <DType kDType, class Config, bool kCausal, bool kPingPong = true>
+template <DType kDType, class Config, bool kCausal, class Turns>
 __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
                                                         const CUtensorMap* map_o,
                                                         const AttentionParams& params,
@@ -68,12 +77,12 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                                                         const KvTileRange& kv_tiles, int consumer,
                                                         int thread_in_warpgroup,
                                                         Sm90TileLoopState<Config::kStages>& state,
-                                                        const Sm90QRelease& release) {
+                                                        const Sm90QRelease& release,
+                                                        const Turns& turns) {
   using Math = Sm90ConsumerMath<kDType, Config>;
   const Sm90ThreadRows<Config, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
   const float scale_log2 = params.softmax_scale_log2;
-  const PingPongTurns<kPingPong, Config::kConsumerWarpgroups> turns{consumer};
 
   float o[Math::kOAccRegs];
 #pragma unroll
@@ -87,13 +96,12 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   const int num_tiles = kv_tiles.count();
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
-    turns.start();
     // Prologue: S of the first tile alone.
     RingPosition<Config::kStages>& ring = state.ring;
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     turns.begin();
     Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
-    turns.end(/*last_turn=*/false);
+    turns.end();
     wgmma_wait_group<0>();
     fence_accumulators(s);
     mbarrier_arrive(smem.k_empty(ring.stage));
@@ -115,7 +123,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       turns.begin();
       Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
       Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
-      turns.end(/*last_turn=*/false);
+      turns.end();
 
       wgmma_wait_group<1>();  // S done; P V may still run
       fence_accumulators(s);
@@ -138,7 +146,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     turns.begin();
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
-    turns.end(/*last_turn=*/true);
+    turns.end();
     wgmma_wait_group<0>();
     fence_accumulators(o);
     mbarrier_arrive(smem.v_empty(ring.stage));

@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   const int thread_in_warpgroup = threadIdx.x % Config::kThreadsPerWarpgroup;
 
   constexpr bool kPersistent = sm90_is_persistent(kSchedule);
+  constexpr bool kClaimsTiles = sm90_claims_tiles(kSchedule, kCausal);
   if (threadIdx.x == 0) {
     mbarrier_init(smem.q_full(), 1);
     mbarrier_init(smem.q_empty(), Config::kQEmptyArrivals);
@@ -84,10 +85,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
         sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, index, state);
         if (!kPersistent) break;
-        index = sm90_claim_next_tile(tile_counters.get());
+        index = kClaimsTiles ? sm90_claim_next_tile(tile_counters.get())
+                             : index + static_cast<int>(gridDim.x);
       }
       if (kPersistent) {  // tell the consumers there is no further tile
-        sm90_finish_claims(tile_counters.get());
+        if (kClaimsTiles) sm90_finish_claims(tile_counters.get());
         mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
         *smem.tile_slot() = -1;
         mbarrier_arrive(smem.q_full());
@@ -101,6 +103,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       release.q_empty = smem.q_empty();
       release.early = Config::kSeparateOStaging;
     }
+    // Ping-pong turns between the consumers (overlapped schedules), one rotation for all tiles.
+    constexpr bool kPingPong =
+        sm90_is_overlapped(kSchedule) && kSchedule != Sm90Schedule::kOverlapOnly;
+    const PingPongTurns<kPingPong, Config::kConsumerWarpgroups> turns{consumer};
+    turns.start();
     int index = blockIdx.x;
     while (true) {
       if (kPersistent) {
@@ -113,15 +120,16 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const KvTileRange kv_tiles =
           mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
       if constexpr (sm90_is_overlapped(kSchedule)) {
-        constexpr bool kPingPong = kSchedule != Sm90Schedule::kOverlapOnly;
-        sm90_consume_overlapped<kDType, Config, kCausal, kPingPong>(
-            smem, &map_o, params, tile, kv_tiles, consumer, thread_in_warpgroup, state, release);
+        sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
+                                                         consumer, thread_in_warpgroup, state,
+                                                         release, turns);
       } else {
         sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
                                               thread_in_warpgroup, state, release);
       }
       if (!kPersistent) break;
     }
+    turns.finish();
     if (kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // the last O store
   }
 #endif
