@@ -39,13 +39,12 @@ class CurrentDeviceGuard {
   bool switched_ = false;
 };
 
-// Zeroes the caller's workspace on the call's stream (asynchronous, capture-safe) and hands it to
-// the kernels as tile counters; without one they stay nullptr and the backend uses its own. Only
-// the sm90 kernel claims tiles today: the sm80 one is spared the extra memset.
+// Hands the caller's workspace to the kernels as tile counters; without one they stay nullptr and
+// the backend uses its own. Only the sm90 kernel claims tiles today, and only its launcher knows
+// whether the row it runs does (persistent, causal): it zeroes the counters on the call's stream
+// then (asynchronous, capture-safe), so the other calls pay no memset.
 void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParams& p) {
   if (args.workspace == nullptr || backend != Backend::kSM90) return;
-  FLASHCORE_CUDA_CHECK(
-      cudaMemsetAsync(args.workspace, 0, attention_workspace_bytes(args), args.stream));
   p.tile_counters = static_cast<uint32_t*>(args.workspace);
 }
 

@@ -48,9 +48,9 @@ struct AttentionParams {
   int device_index = 0;
   CUstream_st* stream = nullptr;
   int num_sms = 0;  // multiprocessors of the device (CUDA backends), for persistent schedulers
-  // Two zeroed uint32 counters (claims, CTAs done) for the persistent schedules: the caller's
-  // workspace (AttentionArgs::workspace, zeroed on `stream` just before the launch), or nullptr
-  // (the sm90 launcher then uses its static pool).
+  // Two uint32 counters (claims, CTAs done) for the persistent schedules that claim tiles: the
+  // caller's workspace (AttentionArgs::workspace; the sm90 launcher zeroes it on `stream` just
+  // before a launch that uses it), or nullptr (the launcher then uses its static pool).
   uint32_t* tile_counters = nullptr;
 
   // --- accessors: the only way kernels learn lengths, groupings and offsets ---

@@ -1,7 +1,8 @@
 // Host launcher of the Hopper kernel: picks the tile-table row for this call's head_dim, mask and
 // seqlen_q, builds the four tensor maps, raises the kernel's dynamic shared-memory limit once, and
-// launches on params.stream one CTA per output tile (or, for persistent rows, one per SM claiming
-// tiles through the workspace counters). Throws Error for anything it cannot run, e.g. strides a
+// launches on params.stream one CTA per output tile (or, for persistent rows, one per SM taking
+// tiles in a fixed stride or, causal, claiming them through the workspace counters, which it
+// zeroes on the stream first). Throws Error for anything it cannot run, e.g. strides a
 // tensor map cannot describe (auto selection already sends those calls to sm80).
 #pragma once
 
@@ -79,8 +80,15 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
   int64_t grid = num_tiles;
   Sm90TileCounters tile_counters;
-  if constexpr (sm90_is_persistent(kSchedule)) {
+  if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
     tile_counters = sm90_tile_counters(params);
+    if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
+      FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
+                                           kSm90CountersPerLaunch * sizeof(uint32_t),
+                                           params.stream));
+    }
+  }
+  if constexpr (sm90_is_persistent(kSchedule)) {
     int num_sms = params.num_sms;
     if (num_sms <= 0) {
       int device = 0;

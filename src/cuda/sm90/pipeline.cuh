@@ -60,9 +60,10 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
   return tile;
 }
 
-// Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next unclaimed
-// tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short causal tiles
-// take more of them. The producer thread claims and publishes each index to the consumers through
+// Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next in a fixed
+// stride of gridDim.x (no mask: all tiles cost the same) or, causal (sm90_claims_tiles), the next
+// unclaimed tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short
+// causal tiles take more of them. The producer thread claims and publishes each index to the consumers through
 // the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done claiming; the last
 // of those resets both, so the counters are ready for a later launch.
 //

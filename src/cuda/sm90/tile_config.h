@@ -26,6 +26,13 @@ enum class Sm90Schedule : int {
 constexpr bool sm90_is_persistent(Sm90Schedule schedule) {
   return schedule == Sm90Schedule::kPersistent || schedule == Sm90Schedule::kPersistentPlain;
 }
+// Persistent CTAs take their tiles in a fixed stride (blockIdx.x, + gridDim.x, ...) when every
+// tile costs the same (no mask); under a causal mask tiles differ by up to seqlen / BLOCK_N KV
+// steps, so CTAs claim the next tile through a global counter instead and the ones that drew short
+// tiles take more. The fixed stride needs no counter, so no reset on the stream before the launch.
+constexpr bool sm90_claims_tiles(Sm90Schedule schedule, bool causal) {
+  return sm90_is_persistent(schedule) && causal;
+}
 constexpr bool sm90_is_overlapped(Sm90Schedule schedule) {
   return schedule == Sm90Schedule::kOverlapPingPong || schedule == Sm90Schedule::kPersistent ||
          schedule == Sm90Schedule::kOverlapOnly;
@@ -55,7 +62,11 @@ constexpr int kSm90MaxRowsPerMask = 4;
 constexpr Sm90TileShape kSm90TileTable[] = {
     // d64: BLOCK_M 192 (three consumers, FA3's choice): 507-541 at 4k-16k vs 420-460 with two.
     // 3 stages tie with 2 (two timing passes; one earlier pass read +7% at 16k, not reproduced).
-    {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},  // 334/399/477/502/523/518
+    {64, false, 4096, 128, 2, Sm90Schedule::kPersistent, 3},  // 334/399/477/502 at 512..4k
+    // > 4k: one CTA per tile reads +5-7% over persistent on the H100 (538 / 555 vs 514-534 /
+    // 518-526 at 8k / 16k, dev/sm90/results/2026-11-21-h100-turns/sweep.log) and read +7% at 16k
+    // in one of two H200 passes; tie at 4k.
+    {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kOverlapPingPong, 3},
     // causal <= 1k: BLOCK_M 128 (two consumers): 208 / 289 at 512 / 1k vs 194 / 270 with 192
     // rows (41% / 33% of the QK^T work lies past the diagonal or in the row tail with 192 rows,
     // 20% / 11% with 128: 512 = 192 + 192 + 128), but 347 vs 385 at 2k (three consumers share
