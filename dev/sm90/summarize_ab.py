@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summary of dev/sm90/turns_sweep.sh: the library default before / after (alternating processes,
+"""Summary of dev/sm90/ab_sweep.sh: the library default before / after (alternating processes,
 passes a and b) per shape with the ratio of the means, then the best candidates per shape."""
 import math
 import re
