@@ -17,6 +17,11 @@ cases=(
   "--batch 2 --seqlen-q 100 --seqlen-k 177 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--batch 1 --seqlen-q 300 --seqlen-k 65 --heads-q 4 --heads-kv 1 --head-dim 64 --causal"
   "--batch 1 --seqlen-q 129 --seqlen-k 129 --heads-q 2 --heads-kv 2 --head-dim 256 --dtype bf16"
+  # More tiles than SMs, so persistent sm90 CTAs run several tiles each (the ping-pong rotation
+  # and the Q / tile-slot hand-over across tiles): fixed stride (d64, 3 consumers) and claimed
+  # (causal d128).
+  "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 32 --heads-kv 8 --head-dim 64"
+  "--batch 2 --seqlen-q 600 --seqlen-k 600 --heads-q 32 --heads-kv 8 --head-dim 128 --causal"
 )
 status=0
 for tool in memcheck racecheck synccheck; do
