@@ -63,14 +63,14 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
 // Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next in a fixed
 // stride of gridDim.x (no mask: all tiles cost the same) or, causal (sm90_claims_tiles), the next
 // unclaimed tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short
-// causal tiles take more of them. The producer thread claims and publishes each index to the consumers through
-// the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done claiming; the last
-// of those resets both, so the counters are ready for a later launch.
+// causal tiles take more of them. The producer thread claims and publishes each index to the
+// consumers through the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done
+// claiming; the last of those resets both, so the counters are ready for a later launch.
 //
-// Where the counters live: the caller's workspace (zeroed on the stream just before the launch,
-// see AttentionArgs::workspace), or else one slot of a static pool. The pool is a __device__
-// array, zeroed when the module loads: no allocation, no host sync, nothing that breaks graph
-// capture. `static` gives every instance TU its own pool (no duplicate symbols without -rdc).
+// Where the counters live: the caller's workspace (zeroed on the stream by the launcher just
+// before the launch, see AttentionArgs::workspace), or else one slot of a static pool. The pool
+// is a __device__ array, zeroed when the module loads: no allocation, no host sync, nothing that
+// breaks graph capture. `static` gives every instance TU its own pool (no duplicate symbols without -rdc).
 // The launcher hands out pool slots round-robin and passes the slot index, so the kernel finds
 // the address itself (no cudaGetSymbolAddress on the host, which capture would not like).
 // Limit: two launches in flight at once on the same slot share counters and skip or repeat tiles.
