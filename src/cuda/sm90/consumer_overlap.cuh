@@ -8,8 +8,11 @@
 //   for t = 1 .. n-1:   issue S_t = Q K_t^T, issue O += P_{t-1} V_{t-1}
 //                       wait S_t; softmax(S_t)            (overlaps the P V on the tensor cores)
 //                       (K_t released once S_t is done)
-//                       wait P V; release V_{t-1}; O *= correction; P_t = S_t
+//                       wait P V; release V_{t-1}; O *= correction_t; P_t = S_t
 //   O += P_{n-1} V_{n-1}; release; epilogue
+// With Config::kRescaleUnderQk the O *= correction moves to just before the P V that adds to O
+// (between the two issues, FA3's order), so the multiplies run while S = Q K^T is on the tensor
+// cores instead of after P V completes.
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
@@ -111,7 +114,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                    rows.col_limit[1]);
     }
-    softmax.update(s, scale_log2, correction);  // O is still 0: no rescale needed
+    softmax.update(s, scale_log2, correction);  // O is still 0: scaling it by this is a no-op
     accumulator_to_a_fragments<kDType>(s, p);
 
     for (int step = 1; step < num_tiles; ++step) {
@@ -122,6 +125,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
       turns.begin();
       Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+      if (Config::kRescaleUnderQk) scale_rows(o, correction);  // while S = Q K^T runs
       Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
       turns.end();
 
@@ -138,13 +142,14 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
       fence_accumulators(o);
       mbarrier_arrive(smem.v_empty(previous.stage));
-      scale_rows(o, correction);
+      if (!Config::kRescaleUnderQk) scale_rows(o, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
 
     // Epilogue of the loop: P V of the last tile.
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     turns.begin();
+    if (Config::kRescaleUnderQk) scale_rows(o, correction);
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
     turns.end();
     wgmma_wait_group<0>();

@@ -186,6 +186,13 @@ struct Sm90TileConfig {
   static_assert(kConsumers_ == 2 || kConsumerRegisterEstimate <= 160 + 8,
                 "three consumers leave 160 registers each: O + S + P of this tile do not fit");
 
+  // Where the overlapped consumer rescales O (consumer_overlap.cuh): between its QK^T and P V
+  // issues instead of after P V completes. H100, library default A B A B
+  // (dev/sm90/results/2026-11-21-h100-rescale): d128 +1.4-3% at 4k-16k and GQA, short lengths
+  // +-1%; d64 -2..-5% at 8k-16k (three consumers: the multiplies sit inside the turn the other
+  // two wait for); d256 +-2%. So d128 only.
+  static constexpr bool kRescaleUnderQk = kHeadDim == 128;
+
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
   static constexpr int kColumnBlocks = kHeadDim / kBoxCols;
