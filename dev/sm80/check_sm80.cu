@@ -117,8 +117,7 @@ static Problem make_problem(const Case& c, uint64_t seed) {
   AttentionParams& p = pr.params;
   p.dtype = c.dtype, p.batch = c.batch, p.seqlen_q = c.seqlen_q, p.seqlen_k = c.seqlen_k;
   p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.head_dim = c.head_dim, p.causal = c.causal;
-  p.softmax_scale = 1.0f / std::sqrt(float(c.head_dim));
-  p.softmax_scale_log2 = p.softmax_scale * flashcore::detail::kLog2e;
+  p.set_softmax_scale(1.0f / std::sqrt(float(c.head_dim)));
   set_strides(c, p);
   pr.q_elems = size_t(c.batch) * c.seqlen_q * c.heads_q * c.head_dim;
   pr.kv_elems = size_t(c.batch) * c.seqlen_k * c.heads_kv * c.head_dim;

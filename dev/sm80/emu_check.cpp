@@ -80,8 +80,7 @@ static bool run_case(const Case& c, uint64_t seed) {
   AttentionParams p;
   p.dtype = c.dtype, p.batch = c.batch, p.seqlen_q = c.seqlen_q, p.seqlen_k = c.seqlen_k;
   p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.head_dim = c.head_dim, p.causal = c.causal;
-  p.softmax_scale = 1.0f / std::sqrt(float(c.head_dim));
-  p.softmax_scale_log2 = p.softmax_scale * kLog2e;
+  p.set_softmax_scale(1.0f / std::sqrt(float(c.head_dim)));
   const int64_t d = c.head_dim;
   if (!c.bhsd) {
     p.q_row_stride = c.heads_q * d, p.q_head_stride = d;

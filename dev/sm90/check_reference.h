@@ -78,8 +78,7 @@ struct HostProblem {
     set_strides(s.seqlen_q, s.heads_q, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
     p.lse_batch_stride = int64_t(s.heads_q) * s.seqlen_q;
     p.lse_head_stride = s.seqlen_q;
-    p.softmax_scale = 1.0f / std::sqrt(float(d));
-    p.softmax_scale_log2 = static_cast<float>(double(p.softmax_scale) * 1.4426950408889634);
+    p.set_softmax_scale(1.0f / std::sqrt(float(d)));
     p.causal = s.causal;
   }
   size_t out_elements() const { return q.size(); }

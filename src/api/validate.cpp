@@ -17,8 +17,6 @@ namespace {
 constexpr int kAttentionRank = 4;  // [batch, seqlen, heads, head_dim]
 constexpr const char* kDimNames[kAttentionRank] = {"batch", "seqlen", "heads", "head_dim"};
 constexpr int kLseRank = 3;        // [batch, heads_q, seqlen_q]
-// Kernels compute exp(x * scale) as exp2(x * scale * log2(e)); the product is rounded once.
-constexpr double kLog2e = 1.4426950408889634;
 
 [[noreturn]] void fail(const std::string& message) { throw Error(message); }
 
@@ -326,8 +324,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.o_batch_stride = out.strides[0], p.o_row_stride = out.strides[1];
   p.o_head_stride = out.strides[2];
   if (args.lse) p.lse_batch_stride = args.lse->strides[0], p.lse_head_stride = args.lse->strides[1];
-  p.softmax_scale = scale;
-  p.softmax_scale_log2 = static_cast<float>(double(scale) * kLog2e);
+  p.set_softmax_scale(scale);
   p.causal = args.causal;
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;

@@ -21,7 +21,7 @@ inline constexpr int kMaxCudaHeadDim = 256;
 
 // Workspace of a CUDA call: the persistent schedules' two uint32 tile counters (claims, CTAs
 // done claiming). 4-byte alignment is all the counters' atomics need.
-inline constexpr size_t kTileCounterWorkspaceBytes = 2 * sizeof(uint32_t);
+inline constexpr size_t kTileCounterWorkspaceBytes = kTileCounterCount * sizeof(uint32_t);
 inline constexpr size_t kWorkspaceAlignmentBytes = alignof(uint32_t);
 
 bool is_cuda_backend(Backend backend);

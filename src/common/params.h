@@ -18,6 +18,13 @@
 
 namespace flashcore::detail {
 
+// log2(e) in double: the kernels work in base 2 (exp(x * s) = exp2(x * s * log2(e))).
+inline constexpr double kLog2e = 1.4426950408889634;
+
+// Tile counters of a persistent sm90 launch that claims tiles: claims, CTAs done claiming. The
+// workspace size (attention_workspace_bytes) and the kernel's counter pool both derive from it.
+inline constexpr int kTileCounterCount = 2;
+
 struct AttentionParams {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -42,7 +49,7 @@ struct AttentionParams {
   int64_t lse_batch_stride = 0, lse_head_stride = 0;  // lse row stride is 1
 
   float softmax_scale = 1.0f;
-  float softmax_scale_log2 = 1.4426950408889634f;  // softmax_scale * log2(e): exp(x*s) = exp2(x*s2)
+  float softmax_scale_log2 = float(kLog2e);  // softmax_scale * log2(e): exp(x*s) = exp2(x*s2)
   bool causal = false;
 
   int device_index = 0;
@@ -52,6 +59,13 @@ struct AttentionParams {
   // caller's workspace (AttentionArgs::workspace; the sm90 launcher zeroes it on `stream` just
   // before a launch that uses it), or nullptr (the launcher then uses its static pool).
   uint32_t* tile_counters = nullptr;
+
+  // Sets the scale and its base-2 form together (rounded once, from the double product), so
+  // every caller derives the pair the same way.
+  void set_softmax_scale(float scale) {
+    softmax_scale = scale;
+    softmax_scale_log2 = static_cast<float>(double(scale) * kLog2e);
+  }
 
   // --- accessors: the only way kernels learn lengths, groupings and offsets ---
   FC_HOST_DEVICE int seqlen_q_of(int /*batch_index*/) const { return seqlen_q; }

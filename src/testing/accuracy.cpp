@@ -34,8 +34,7 @@ detail::AttentionParams contiguous_params(const ProblemShape& s, const HostTenso
   p.k_head_stride = p.v_head_stride = s.head_dim;
   p.k_row_stride = p.v_row_stride = int64_t(s.heads_kv) * s.head_dim;
   p.k_batch_stride = p.v_batch_stride = p.k_row_stride * s.seqlen_k;
-  p.softmax_scale = s.scale();
-  p.softmax_scale_log2 = float(double(p.softmax_scale) * 1.4426950408889634);
+  p.set_softmax_scale(s.scale());
   p.causal = s.causal;
   return p;
 }

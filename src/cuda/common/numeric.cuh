@@ -48,7 +48,6 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 }  // namespace flashcore::detail

@@ -78,6 +78,25 @@ struct Sm90ThreadRows {
   }
 };
 
+// How both consumer schedules end a tile: O goes out through its own staging buffer where the CTA
+// hands Q back early, else through the consumer's Q slab; then the Q phase moves on.
+template <DType kDType, class Config, int kOAccRegs>
+__device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
+                                                 const OnlineSoftmaxRows& softmax,
+                                                 const Sm90SmemLayout<Config>& smem,
+                                                 const CUtensorMap* map_o,
+                                                 const AttentionParams& params,
+                                                 const Sm90Tile& tile, int slab_row_begin,
+                                                 int consumer, int thread_in_warpgroup,
+                                                 Sm90TileLoopState<Config::kStages>& state,
+                                                 const Sm90QRelease& release) {
+  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
+                                                                   : smem.q_slab(consumer);
+  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
+                                slab_row_begin, consumer, thread_in_warpgroup, release);
+  state.q_phase ^= 1;
+}
+
 template <DType kDType, class Config, bool kCausal>
 __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              const CUtensorMap* map_o,
@@ -127,11 +146,8 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
     ring.advance();
   }
 
-  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
-                                                                   : smem.q_slab(consumer);
-  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
-                                rows.slab_row_begin, consumer, thread_in_warpgroup, release);
-  state.q_phase ^= 1;
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, rows.slab_row_begin, consumer,
+                          thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

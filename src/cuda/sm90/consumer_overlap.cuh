@@ -158,11 +158,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     ring.advance();  // in step with the producer, which advanced after its last load
   }
 
-  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
-                                                                   : smem.q_slab(consumer);
-  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
-                                rows.slab_row_begin, consumer, thread_in_warpgroup, release);
-  state.q_phase ^= 1;
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, rows.slab_row_begin, consumer,
+                          thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

@@ -78,7 +78,7 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
 // replay (one graph replayed on two streams at once, or beside a later launch that wraps onto its
 // slot): callers with overlapping launches pass a workspace.
 inline constexpr int kSm90TileCounterPoolSlots = 256;  // pool launches in flight before a reuse
-inline constexpr int kSm90CountersPerLaunch = 2;       // claims, CTAs done claiming
+inline constexpr int kSm90CountersPerLaunch = kTileCounterCount;  // claims, CTAs done
 static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots *
                                                   kSm90CountersPerLaunch];
 

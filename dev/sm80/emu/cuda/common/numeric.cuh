@@ -36,7 +36,6 @@ inline uint32_t pack_pair(float lo, float hi) {
 
 inline float exp2_approx(float x) { return std::exp2(x); }
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 }  // namespace flashcore::detail
