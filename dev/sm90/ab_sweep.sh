@@ -21,7 +21,8 @@ if [ -z "$candidates" ]; then
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   > "$out/gpu.txt" 2>&1
-timeout 150 stdbuf -oL $bin --no-timing --variants "default,$candidates" > "$out/check.log" 2>&1
+timeout ${CHECK_TIMEOUT:-150} stdbuf -oL $bin --no-timing --variants "default,$candidates" \
+  > "$out/check.log" 2>&1
 echo "check rc=$? $(grep -c '^ok' "$out/check.log") ok, $(grep -c '^FAIL' "$out/check.log") FAIL"
 grep FAIL "$out/check.log" | head -20
 for pass in a b; do

@@ -3,8 +3,9 @@
 
 It mirrors src/cuda/sm90/{producer,consumer,consumer_overlap,epilogue,kernel}.cuh step by step:
 mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the two
-256-thread ping-pong named barriers, wgmma reads of shared memory from issue to wait, and the TMA
-store reading the Q slab. It checks, for the plain, overlap and persistent schedules:
+256-thread ping-pong named barriers, wgmma reads of shared memory from issue until the wait
+returns (a release placed before the wait is caught), and the TMA store reading the Q slab. It
+checks, for the plain, overlap and persistent schedules:
   * no deadlock (some role can always move until all finish),
   * every read sees the tile and KV step it expects (stage ring and Q phases in step),
   * the producer never overwrites a buffer that a wgmma or a store is still reading,
@@ -190,9 +191,9 @@ class Cta:
 
     # --- consumers ---
     def wgmma_wait(self, who, reads):
+        yield lambda: True  # the wgmma still reads until the wait returns
         for name in reads:
             self.smem.end_read(name, who)
-        yield lambda: True
 
     def release_q_after_last_qk(self):
         if self.early:

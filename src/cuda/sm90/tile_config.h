@@ -11,6 +11,9 @@
 // BLOCK_N is a multiple of 16 (the K of the P V wgmma) and at most 256 (wgmma N, TMA box rows).
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
+
 namespace flashcore::detail {
 
 // How the consumer warpgroups order their work (see consumer.cuh and consumer_overlap.cuh).
