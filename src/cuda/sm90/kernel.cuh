@@ -66,8 +66,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   __syncthreads();
 
   // One tile per CTA, or (persistent) tiles claimed one after another (sm90_claim_next_tile): the
-  // producer claims, the consumers read each index from the tile slot once Q has landed, so both
-  // roles walk the same sequence and their ring positions and Q phases stay in step.
+  // producer claims and decodes each tile, the consumers read it from the tile slot once Q has
+  // landed, so both roles walk the same sequence and their ring positions and Q phases stay in
+  // step.
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
@@ -83,7 +84,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
-        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, index, state);
+        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, state);
         if (!kPersistent) break;
         index = kClaimsTiles ? sm90_claim_next_tile(tile_counters.get())
                              : index + static_cast<int>(gridDim.x);
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (kPersistent) {  // tell the consumers there is no further tile
         if (kClaimsTiles) sm90_finish_claims(tile_counters.get());
         mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
-        *smem.tile_slot() = -1;
+        smem.tile_slot()->m_block = -1;
         mbarrier_arrive(smem.q_full());
       }
     }
@@ -108,14 +109,18 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90_is_overlapped(kSchedule) && kSchedule != Sm90Schedule::kOverlapOnly;
     const PingPongTurns<kPingPong, Config::kConsumerWarpgroups> turns{consumer};
     turns.start();
-    int index = blockIdx.x;
     while (true) {
+      Sm90Tile tile;
       if (kPersistent) {
         mbarrier_wait_parity(smem.q_full(), state.q_phase);  // waited again (at once) below
-        index = *static_cast<volatile int*>(smem.tile_slot());
-        if (index < 0) break;
+        const volatile Sm90Tile* slot = smem.tile_slot();
+        tile.m_block = slot->m_block;
+        if (tile.m_block < 0) break;
+        tile.head = slot->head;
+        tile.batch = slot->batch;
+      } else {
+        tile = sm90_tile_of<Config>(params, blockIdx.x);
       }
-      const Sm90Tile tile = sm90_tile_of<Config>(params, index);
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
           mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);

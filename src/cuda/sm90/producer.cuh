@@ -75,7 +75,6 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
                                              const AttentionParams& params, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, bool persistent,
-                                             int tile_index,
                                              Sm90TileLoopState<Config::kStages>& state) {
   const int kv_head = params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
@@ -83,7 +82,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   if (count > 0) sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
-    *smem.tile_slot() = tile_index;  // published by the arrival on q_full in sm90_load_q
+    *smem.tile_slot() = tile;  // published by the arrival on q_full in sm90_load_q
   }
   sm90_load_q(smem, maps, tile);
   for (int step = 1; step < count; ++step) {

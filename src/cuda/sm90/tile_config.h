@@ -206,8 +206,8 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  // q full/empty, k/v full/empty, and 8 bytes for the persistent schedules' next-tile slot
-  static constexpr int kBarrierBytes = 8 * (3 + 4 * kStages);
+  // q full/empty, k/v full/empty, and 16 bytes for the persistent schedules' next-tile slot
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages);
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = 227 * 1024;
   static constexpr int kCoreSmemBytes =
