@@ -63,9 +63,10 @@ __device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, 
 // Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next in a fixed
 // stride of gridDim.x (no mask: all tiles cost the same) or, causal (sm90_claims_tiles), the next
 // unclaimed tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short
-// causal tiles take more of them. The producer thread claims and publishes each index to the
-// consumers through the tile slot in shared memory. counter[0] counts claims, counter[1] CTAs done
-// claiming; the last of those resets both, so the counters are ready for a later launch.
+// causal tiles take more of them. The producer thread claims each index and publishes the decoded
+// tile to the consumers through the tile slot in shared memory. counter[0] counts claims,
+// counter[1] CTAs done claiming; the last of those resets both, so the counters are ready for a
+// later launch.
 //
 // Where the counters live: the caller's workspace (zeroed on the stream by the launcher just
 // before the launch, see AttentionArgs::workspace), or else one slot of a static pool. The pool
