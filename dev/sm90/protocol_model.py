@@ -224,32 +224,42 @@ class Cta:
         if self.persistent:
             self.q_empty.arrive()
 
-    def consumer_plain(self, c):
+    def consume_tiles(self, c, tile_work):
+        # The consumer's tile loop (kernel.cuh): wait for Q, read the slot, the tile's KV steps
+        # (tile_work; none: hand Q back at once), epilogue; after the last tile, the -1 slot.
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, tile_id)
             if count == 0:
                 self.release_q_after_last_qk()
-            for step in range(count):
-                s = ring.stage
-                yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-                self.smem.start_read(f"q{c}", tile_id, who)
-                self.smem.start_read(f"k{s}", (tile_id, step), who)
-                yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
-                self.k_empty[s].arrive(128)
-                if step == count - 1:
-                    self.release_q_after_last_qk()
-                yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
-                self.smem.start_read(f"v{s}", (tile_id, step), who)
-                yield from self.wgmma_wait(who, [f"v{s}"])
-                self.v_empty[s].arrive(128)
-                ring.advance()
+            else:
+                yield from tile_work(c, tile_id, count, ring)
             yield from self.epilogue(c, tile_id)
             q_phase ^= 1
         if self.persistent:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, -1)
+
+    def plain_tile(self, c, tile_id, count, ring):
+        who = f"c{c}"
+        for step in range(count):
+            s = ring.stage
+            yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+            self.smem.start_read(f"q{c}", tile_id, who)
+            self.smem.start_read(f"k{s}", (tile_id, step), who)
+            yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+            self.k_empty[s].arrive(128)
+            if step == count - 1:
+                self.release_q_after_last_qk()
+            yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+            self.smem.start_read(f"v{s}", (tile_id, step), who)
+            yield from self.wgmma_wait(who, [f"v{s}"])
+            self.v_empty[s].arrive(128)
+            ring.advance()
+
+    def consumer_plain(self, c):
+        yield from self.consume_tiles(c, self.plain_tile)
 
     def turn_begin(self, c):
         generation = self.turn[c].sync(f"c{c}")
@@ -258,57 +268,50 @@ class Cta:
     def turn_end(self, c):
         self.turn[1 - c].arrive(f"c{c}")
 
+    def overlap_tile(self, c, tile_id, count, ring):
+        # consumer_overlap.cuh: S of the first KV step alone, then S_t beside P V of t-1, then the
+        # last P V alone; every GEMM issue in a ping-pong turn.
+        who, s = f"c{c}", ring.stage
+        yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+        yield from self.turn_begin(c)
+        self.smem.start_read(f"q{c}", tile_id, who)
+        self.smem.start_read(f"k{s}", (tile_id, 0), who)
+        self.turn_end(c)
+        yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
+        self.k_empty[s].arrive(128)
+        if count == 1:
+            self.release_q_after_last_qk()
+        for step in range(1, count):
+            prev = ring.copy()
+            ring.advance()
+            s, ps = ring.stage, prev.stage
+            yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+            yield lambda ps=ps, ph=prev.phase: self.v_full[ps].passed(ph)
+            yield from self.turn_begin(c)
+            self.smem.start_read(f"q{c}", tile_id, who)
+            self.smem.start_read(f"k{s}", (tile_id, step), who)
+            self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
+            self.turn_end(c)
+            yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
+            self.k_empty[s].arrive(128)
+            if step == count - 1:
+                self.release_q_after_last_qk()
+            yield from self.wgmma_wait(who, [f"v{ps}"])  # wait_group<0>
+            self.v_empty[ps].arrive(128)
+        s = ring.stage
+        yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+        yield from self.turn_begin(c)
+        self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
+        self.turn_end(c)
+        yield from self.wgmma_wait(who, [f"v{s}"])
+        self.v_empty[s].arrive(128)
+        ring.advance()
+
     def consumer_overlap(self, c):
         # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once.
-        who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         if c == 1:
-            self.turn[0].arrive(who)
-        for tile_id, count in self.tiles:
-            yield lambda qp=q_phase: self.q_full.passed(qp)
-            self.read_slot(who, tile_id)
-            if count == 0:
-                self.release_q_after_last_qk()
-            if count > 0:
-                s = ring.stage
-                yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-                yield from self.turn_begin(c)
-                self.smem.start_read(f"q{c}", tile_id, who)
-                self.smem.start_read(f"k{s}", (tile_id, 0), who)
-                self.turn_end(c)
-                yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
-                self.k_empty[s].arrive(128)
-                if count == 1:
-                    self.release_q_after_last_qk()
-                for step in range(1, count):
-                    prev = ring.copy()
-                    ring.advance()
-                    s, ps = ring.stage, prev.stage
-                    yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-                    yield lambda ps=ps, ph=prev.phase: self.v_full[ps].passed(ph)
-                    yield from self.turn_begin(c)
-                    self.smem.start_read(f"q{c}", tile_id, who)
-                    self.smem.start_read(f"k{s}", (tile_id, step), who)
-                    self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
-                    self.turn_end(c)
-                    yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
-                    self.k_empty[s].arrive(128)
-                    if step == count - 1:
-                        self.release_q_after_last_qk()
-                    yield from self.wgmma_wait(who, [f"v{ps}"])  # wait_group<0>
-                    self.v_empty[ps].arrive(128)
-                s = ring.stage
-                yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
-                yield from self.turn_begin(c)
-                self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
-                self.turn_end(c)
-                yield from self.wgmma_wait(who, [f"v{s}"])
-                self.v_empty[s].arrive(128)
-                ring.advance()
-            yield from self.epilogue(c, tile_id)
-            q_phase ^= 1
-        if self.persistent:
-            yield lambda qp=q_phase: self.q_full.passed(qp)
-            self.read_slot(who, -1)
+            self.turn[0].arrive(f"c{c}")
+        yield from self.consume_tiles(c, self.overlap_tile)
         if c == 0:
             yield from self.turn_begin(c)
         for barrier in self.turn:
