@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // landed, so both roles walk the same sequence and their ring positions and Q phases stay in
   // step.
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
+  const Sm90TileOrder<Config> tile_order(params);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       tma_prefetch_descriptor(&map_v);
       int index = blockIdx.x;
       while (index < num_tiles) {
-        const Sm90Tile tile = sm90_tile_of<Config>(params, index);
+        const Sm90Tile tile = tile_order.tile(params, index);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         tile.head = slot->head;
         tile.batch = slot->batch;
       } else {
-        tile = sm90_tile_of<Config>(params, blockIdx.x);
+        tile = tile_order.tile(params, blockIdx.x);
       }
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =

@@ -37,28 +37,38 @@ FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
   return static_cast<int>(heads < total ? heads : total);
 }
 
-// Tile `index` of the launch. The (head, batch) pairs are cut into L2 sections (consecutive query
+// The launch's tile order. The (head, batch) pairs are cut into L2 sections (consecutive query
 // heads, so a GQA group stays together); sections run one after another, and inside a section the
 // m-block is the slowest coordinate and runs backwards: the blocks with the most keys to visit
 // under a causal mask start first, and the CTAs running at one time read the K/V of few heads, so
 // those stay in the L2 (with every (head, batch) in one section, short sequences made 132 CTAs
-// stream 132 different K/V from memory).
+// stream 132 different K/V from memory). Built once per CTA: the section size takes a 64-bit
+// division, which the producer used to repeat for every tile between claiming it and loading it.
 template <class Config>
-__device__ __forceinline__ Sm90Tile sm90_tile_of(const AttentionParams& params, int index) {
-  const int m_blocks = ceil_div(params.seqlen_q, Config::kBlockM);
-  const int heads_times_batch = params.heads_q * params.batch;
-  const int per_section = sm90_heads_per_section<Config>(params);
-  const int section = index / (per_section * m_blocks);
-  const int first_pair = section * per_section;
-  const int pairs = min(per_section, heads_times_batch - first_pair);
-  const int rest = index - first_pair * m_blocks;
-  Sm90Tile tile;
-  tile.m_block = m_blocks - 1 - rest / pairs;
-  const int pair = first_pair + rest % pairs;
-  tile.head = pair % params.heads_q;
-  tile.batch = pair / params.heads_q;
-  return tile;
-}
+struct Sm90TileOrder {
+  int m_blocks;
+  int heads_times_batch;
+  int per_section;  // (head, batch) pairs per L2 section
+
+  __device__ __forceinline__ explicit Sm90TileOrder(const AttentionParams& params)
+      : m_blocks(ceil_div(params.seqlen_q, Config::kBlockM)),
+        heads_times_batch(params.heads_q * params.batch),
+        per_section(sm90_heads_per_section<Config>(params)) {}
+
+  // Tile `index` of the launch.
+  __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
+    const int section = index / (per_section * m_blocks);
+    const int first_pair = section * per_section;
+    const int pairs = min(per_section, heads_times_batch - first_pair);
+    const int rest = index - first_pair * m_blocks;
+    Sm90Tile tile;
+    tile.m_block = m_blocks - 1 - rest / pairs;
+    const int pair = first_pair + rest % pairs;
+    tile.head = pair % params.heads_q;
+    tile.batch = pair / params.heads_q;
+    return tile;
+  }
+};
 
 // Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next in a fixed
 // stride of gridDim.x (no mask: all tiles cost the same) or, causal (sm90_claims_tiles), the next

@@ -75,7 +75,7 @@ struct Sm90SmemLayout {
     return barriers() + 1 + 4 * Config::kStages;
   }
   // Persistent schedules: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
-  // by the producer, so that the consumers start a tile without sm90_tile_of's integer divisions
+  // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer divisions
   // (about 240 instructions on their critical path after Q lands; 7% of the consumer warps' stall
   // samples at 512 / d128). Written before the producer's arrival on q_full, read after the
   // consumers' wait; 16 bytes.

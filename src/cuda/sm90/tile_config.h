@@ -150,7 +150,7 @@ constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
 #endif
 }
 
-// MiB of K/V per L2 section of the tile order (sm90_tile_of). 8 beat 24, 16 and 4 by 1-4% at
+// MiB of K/V per L2 section of the tile order (Sm90TileOrder). 8 beat 24, 16 and 4 by 1-4% at
 // 1k-16k on the H200 (persistent CTAs claim tiles dynamically, so small sections cost no balance).
 constexpr int kSm90L2ReuseMiB = 8;
 
@@ -167,7 +167,7 @@ struct Sm90TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumerWarpgroups = kConsumers_;
   // Bytes of K and V that the CTAs running at one time should share through the L2 (50 MB on an
-  // H100 / H200): the tile order's section size (sm90_tile_of).
+  // H100 / H200): the tile order's section size (Sm90TileOrder).
   static constexpr int64_t kL2ReuseBytes = int64_t(kL2ReuseMiB_) << 20;
   static constexpr int kRowsPerConsumer = 64;  // wgmma M
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
