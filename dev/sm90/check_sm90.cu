@@ -9,6 +9,7 @@
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
 //                      [--schedule plain|overlap|persistent] [--sweep] [--variants a,b,!c] [--list]
 //                      [--seqlen N (timing shapes of that seqlen only)]
+//                      [--trace DIR (a -DFLASHCORE_SM90_TRACE build: timelines, trace.cuh)]
 // --variants picks table and sweep variants by name prefix ('!x' drops names containing x);
 // --list prints every variant name.
 // All schedules of the tile table by default (plain = stage 2; overlap = stage 3 intra-warpgroup
@@ -369,6 +370,56 @@ void time_shape(const ProblemShape& shape, const DeviceProblem& dev,
   cudaEventDestroy(stop);
 }
 
+#ifdef FLASHCORE_SM90_TRACE
+// --trace DIR (a build with -DFLASHCORE_SM90_TRACE, see dev/sm90/trace_sm90.sh): after a shape's
+// timing, each variant runs three more times and the last launch's timeline goes to
+// DIR/<variant>__<shape>.csv (cta, warpgroup, event, clock; cuda/sm90/trace.cuh).
+void dump_traces(const ProblemShape& shape, const DeviceProblem& dev,
+                 const std::vector<const Variant*>& variants, const std::string& dir) {
+  constexpr size_t kSlots = size_t(kSm90TraceCtas) * kSm90TraceRoles;
+  static uint64_t* events = nullptr;
+  static uint32_t* counts = nullptr;
+  if (events == nullptr) {
+    CHECK_CUDA(cudaMalloc(&events, kSlots * kSm90TraceCapacity * sizeof(uint64_t)));
+    CHECK_CUDA(cudaMalloc(&counts, kSlots * sizeof(uint32_t)));
+    const Sm90TraceBuffer buffer{events, counts};
+    CHECK_CUDA(cudaMemcpyToSymbol(g_sm90_trace, &buffer, sizeof(buffer)));
+  }
+  std::vector<uint64_t> host_events(kSlots * kSm90TraceCapacity);
+  std::vector<uint32_t> host_counts(kSlots);
+  for (const Variant* v : variants) {
+    g_variant = v;
+    CHECK_CUDA(cudaMemset(counts, 0, kSlots * sizeof(uint32_t)));
+    for (int i = 0; i < 3; ++i) run(dev.params);
+    wait_with_watchdog(shape.describe().c_str());
+    CHECK_CUDA(cudaMemcpy(host_events.data(), events, host_events.size() * sizeof(uint64_t),
+                          cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(host_counts.data(), counts, host_counts.size() * sizeof(uint32_t),
+                          cudaMemcpyDeviceToHost));
+    std::string name = v->name + "__" + shape.describe();
+    for (char& c : name)
+      if (c == ' ' || c == '/' || c == '=') c = '_';
+    const std::string path = dir + "/" + name + ".csv";
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      std::printf("cannot write %s\n", path.c_str());
+      std::exit(1);
+    }
+    std::fprintf(f, "cta,warpgroup,event,clock\n");
+    for (size_t slot = 0; slot < kSlots; ++slot) {
+      for (uint32_t i = 0; i < host_counts[slot]; ++i) {
+        const uint64_t word = host_events[slot * kSm90TraceCapacity + i];
+        std::fprintf(f, "%zu,%zu,%u,%llu\n", slot / kSm90TraceRoles, slot % kSm90TraceRoles,
+                     unsigned(word >> 56),
+                     static_cast<unsigned long long>(word & ((uint64_t(1) << 56) - 1)));
+      }
+    }
+    std::fclose(f);
+    std::printf("trace %s\n", path.c_str());
+  }
+}
+#endif
+
 }  // namespace
 
 bool variant_takes(const Variant& variant, const ProblemShape& shape, int only_hd) {
@@ -400,7 +451,7 @@ bool selected(const std::string& name, const std::string& list) {
 int main(int argc, char** argv) {
   bool timing = true, checking = true, sweep = false;
   int only_hd = 0, only_seqlen = 0;
-  std::string only_schedule, variant_list;
+  std::string only_schedule, variant_list, trace_dir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
     if (!std::strcmp(argv[i], "--only-timing")) checking = false;
@@ -409,7 +460,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) only_schedule = argv[++i];
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variant_list = argv[++i];
     if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc) only_seqlen = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
   }
+#ifndef FLASHCORE_SM90_TRACE
+  if (!trace_dir.empty()) {
+    std::printf("--trace needs a build with -DFLASHCORE_SM90_TRACE (dev/sm90/trace_sm90.sh)\n");
+    return 2;
+  }
+#endif
   std::vector<Variant> variants;
   if (!variant_list.empty()) {  // any table or sweep variant by name
     for (const Variant& v : table_variants())
@@ -467,6 +525,9 @@ int main(int argc, char** argv) {
       fast_fill(host);
       DeviceProblem dev(host);
       time_shape(shape, dev, takers);
+#ifdef FLASHCORE_SM90_TRACE
+      if (!trace_dir.empty()) dump_traces(shape, dev, takers, trace_dir);
+#endif
     }
     std::printf("\n=== summary: TFLOPS (median of 40 samples, variants interleaved), best first ===\n");
     std::string current;

@@ -36,6 +36,7 @@
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/trace.cuh"
 
 namespace flashcore::detail {
 
@@ -95,18 +96,24 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   uint32_t p[Math::kPSteps][4];
   float correction[2];
 
+  sm90_trace(Sm90Event::kTileBegin);
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
+  sm90_trace(Sm90Event::kQReady);
   const int num_tiles = kv_tiles.count();
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
     RingPosition<Config::kStages>& ring = state.ring;
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+    sm90_trace(Sm90Event::kKReady);
     turns.begin();
+    sm90_trace(Sm90Event::kTurn);
     Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     turns.end();
+    sm90_trace(Sm90Event::kIssued);
     wgmma_wait_group<0>();
     fence_accumulators(s);
+    sm90_trace(Sm90Event::kSReady);
     mbarrier_arrive(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
     int n_block = kv_tiles.end - 1;
@@ -116,21 +123,27 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     }
     softmax.update(s, scale_log2, correction);  // O is still 0: scaling it by this is a no-op
     accumulator_to_a_fragments<kDType>(s, p);
+    sm90_trace(Sm90Event::kSoftmaxDone);
 
     for (int step = 1; step < num_tiles; ++step) {
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
       mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+      sm90_trace(Sm90Event::kKReady);
       mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
+      sm90_trace(Sm90Event::kVReady);
       turns.begin();
+      sm90_trace(Sm90Event::kTurn);
       Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
       if (Config::kRescaleUnderQk) scale_rows(o, correction);  // while S = Q K^T runs
       Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
       turns.end();
+      sm90_trace(Sm90Event::kIssued);
 
       wgmma_wait_group<1>();  // S done; P V may still run
       fence_accumulators(s);
+      sm90_trace(Sm90Event::kSReady);
       mbarrier_arrive(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
       if (n_block >= kv_tiles.first_masked) {
@@ -138,9 +151,11 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                      rows.col_limit[1]);
       }
       softmax.update(s, scale_log2, correction);
+      sm90_trace(Sm90Event::kSoftmaxDone);
 
       wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
       fence_accumulators(o);
+      sm90_trace(Sm90Event::kPvDone);
       mbarrier_arrive(smem.v_empty(previous.stage));
       if (!Config::kRescaleUnderQk) scale_rows(o, correction);
       accumulator_to_a_fragments<kDType>(s, p);
@@ -148,18 +163,23 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
 
     // Epilogue of the loop: P V of the last tile.
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    sm90_trace(Sm90Event::kVReady);
     turns.begin();
+    sm90_trace(Sm90Event::kTurn);
     if (Config::kRescaleUnderQk) scale_rows(o, correction);
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
     turns.end();
+    sm90_trace(Sm90Event::kIssued);
     wgmma_wait_group<0>();
     fence_accumulators(o);
+    sm90_trace(Sm90Event::kPvDone);
     mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   }
 
   sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, rows.slab_row_begin, consumer,
                           thread_in_warpgroup, state, release);
+  sm90_trace(Sm90Event::kEpilogueDone);
 }
 
 }  // namespace flashcore::detail

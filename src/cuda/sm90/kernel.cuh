@@ -30,6 +30,7 @@
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/trace.cuh"
 
 namespace flashcore::detail {
 
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(smem.v_empty(stage), Config::kConsumerThreads);
     }
     mbarrier_init_fence();
+    sm90_trace_reset();
   }
   __syncthreads();
 
@@ -82,6 +84,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       int index = blockIdx.x;
       while (index < num_tiles) {
         const Sm90Tile tile = tile_order.tile(params, index);
+        sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
             mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);

@@ -15,6 +15,7 @@
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
+#include "cuda/sm90/trace.cuh"
 
 namespace flashcore::detail {
 
@@ -56,6 +57,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);
+  sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
   mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
@@ -82,6 +84,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   if (count > 0) sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
+    sm90_trace(Sm90Event::kQSlotFree);
     *smem.tile_slot() = tile;  // published by the arrival on q_full in sm90_load_q
   }
   sm90_load_q(smem, maps, tile);
