@@ -1,15 +1,21 @@
 // A consumer warpgroup of the Hopper kernel, stage-3 schedule: intra-warpgroup overlap plus
 // ping-pong between the two consumer warpgroups.
 //
-// Overlap: the QK^T of tile t+1 and the P V of tile t are issued together; the softmax of tile t+1
-// runs while P V of tile t is still on the tensor cores (O is rescaled only after it completes).
+// Overlap: the QK^T of tile t+1 and the P V of tile t are issued together, in one turn.
 //
 //   S0 = Q K0^T; softmax(S0) -> P0
 //   for t = 1 .. n-1:   issue S_t = Q K_t^T, issue O += P_{t-1} V_{t-1}
-//                       wait S_t; softmax(S_t)            (overlaps the P V on the tensor cores)
+//                       wait S_t; softmax(S_t)
 //                       (K_t released once S_t is done)
 //                       wait P V; release V_{t-1}; O *= correction_t; P_t = S_t
 //   O += P_{n-1} V_{n-1}; release; epilogue
+// The source puts the softmax between the two waits, but ptxas schedules the P V wait
+// (WARPGROUP.DEPBAR, which has no register inputs) at the top of its basic block, so in the SASS
+// the softmax of S_t starts only once P V_{t-1} has completed: what runs beside a softmax is the
+// other consumer's GEMMs. Pinning the softmax ahead of the wait (a never-taken trap on the row
+// sums) made the kernel 5% slower on the H100: in the traced timeline the softmax alone, beside
+// its warpgroup's register-sourced P V, took longer (1442 clocks) than P V wait plus softmax did
+// unpinned (1305) (dev/sm90/results/2026-11-21-h100-trace).
 // With Config::kRescaleUnderQk the O *= correction moves to just before the P V that adds to O
 // (between the two issues, FA3's order), so the multiplies run while S = Q K^T is on the tensor
 // cores instead of after P V completes.
