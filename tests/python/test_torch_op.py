@@ -135,6 +135,22 @@ def test_cuda_graph_capture_and_replay():
         check_accuracy(f"graph replay {seed}", graph_out, graph_lse, *fresh, causal=True)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_scores_rising_across_kv_tiles(head_dim, causal):
+    # The sm90 kernel visits KV tiles last to first and moves a row's softmax max only when the
+    # scores rise more than 2^8 above it (lazy rescaling, src/cuda/sm90/softmax.cuh). Keys
+    # scaled up 1x (last) to 16x (first) make the scores climb by about 2.5 x 15 over the walk, so
+    # rows move their max again and again with corrections between 0 and 1, at every head_dim.
+    shape = (2, 1024, 1024, 4, 2, head_dim)
+    q, k, v = _inputs("cuda", torch.bfloat16, shape)
+    rise = 1.0 + 15.0 * torch.linspace(1.0, 0.0, shape[2], device="cuda")
+    k = (k.float() * rise[None, :, None, None]).to(torch.bfloat16)
+    out, lse = fct.attention(q, k, v, causal=causal, return_lse=True)
+    check_accuracy(f"rising scores d{head_dim} causal={causal}", out, lse, q, k, v, causal)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_workspace_bytes(device):
     q = torch.zeros(1, 4, 2, 8, device=device, dtype=DTYPES[device][-1])

@@ -101,6 +101,9 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
+  // Whether O needs this step's correction: with lazy rescaling only if a row of this warp moved
+  // its max (softmax.cuh); otherwise always, as the multiplies cost less than the vote.
+  bool rescale = !Config::kLazyRescale;
 
   sm90_trace(Sm90Event::kTileBegin);
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
@@ -142,7 +145,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
       Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
-      if (Config::kRescaleUnderQk) scale_rows(o, correction);  // while S = Q K^T runs
+      if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
       Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
       turns.end();
       sm90_trace(Sm90Event::kIssued);
@@ -156,14 +159,15 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
-      softmax.update(s, scale_log2, correction);
+      const bool moved = softmax.update<Config::kLazyRescale>(s, scale_log2, correction);
+      if (Config::kLazyRescale) rescale = __any_sync(0xffffffff, moved);
       sm90_trace(Sm90Event::kSoftmaxDone);
 
       wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
       fence_accumulators(o);
       sm90_trace(Sm90Event::kPvDone);
       mbarrier_arrive(smem.v_empty(previous.stage));
-      if (!Config::kRescaleUnderQk) scale_rows(o, correction);
+      if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
 
@@ -172,7 +176,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     sm90_trace(Sm90Event::kVReady);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
-    if (Config::kRescaleUnderQk) scale_rows(o, correction);
+    if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
     turns.end();
     sm90_trace(Sm90Event::kIssued);

@@ -44,29 +44,56 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
   }
 }
 
+// Lazy rescaling (FA4's): with kLazy, a row's scores may rise up to this far (log2 units) above
+// the max its probabilities are taken against before that max moves and O is rescaled.
+// Probabilities then reach at most 2^8: exact in fp32, and bf16 / fp16 P keeps its relative
+// precision; the sums stay far from fp32 overflow. finalize() uses the same max, so the result is
+// unchanged. Rows whose max stays put, the common case after the first KV steps, skip the
+// correction and O's multiplies (the consumer skips them for a whole warp when none of its rows
+// moved).
+constexpr float kStaleMaxLog2 = 8.0f;
+
 struct OnlineSoftmaxRows {
   float row_max[2] = {kNegInfinity, kNegInfinity};
   float row_sum[2] = {0.0f, 0.0f};  // this thread's columns only; quad-reduced in finalize()
 
   // Turns the scores `s` into probabilities in place and returns, per row, the factor by which the
-  // O accumulator (and the running sum) must be rescaled.
-  template <int kAccRegs>
-  __device__ __forceinline__ void update(float (&s)[kAccRegs], float scale_log2,
+  // O accumulator (and the running sum) must be rescaled (1 when the max did not move), and
+  // whether any of this thread's rows moved.
+  template <bool kLazy = false, int kAccRegs>
+  __device__ __forceinline__ bool update(float (&s)[kAccRegs], float scale_log2,
                                          float (&correction)[2]) {
-    float tile_max[2] = {kNegInfinity, kNegInfinity};
+    // Four partial maxima per row, so the reduction is a short tree, not one chain of
+    // kAccRegs / 4 dependent FMNMX.
+    constexpr int kPartials = 4;
+    static_assert(kAccRegs / 4 >= kPartials, "BLOCK_N must be at least 32");
+    float partial[2][kPartials];
 #pragma unroll
-    for (int chunk = 0; chunk < kAccRegs / 4; ++chunk) {
-      tile_max[0] = fmaxf(tile_max[0], fmaxf(s[4 * chunk], s[4 * chunk + 1]));
-      tile_max[1] = fmaxf(tile_max[1], fmaxf(s[4 * chunk + 2], s[4 * chunk + 3]));
+    for (int i = 0; i < kPartials; ++i) {
+      partial[0][i] = fmaxf(s[4 * i], s[4 * i + 1]);
+      partial[1][i] = fmaxf(s[4 * i + 2], s[4 * i + 3]);
+    }
+#pragma unroll
+    for (int chunk = kPartials; chunk < kAccRegs / 4; ++chunk) {
+      const int i = chunk % kPartials;
+      partial[0][i] = fmaxf(partial[0][i], fmaxf(s[4 * chunk], s[4 * chunk + 1]));
+      partial[1][i] = fmaxf(partial[1][i], fmaxf(s[4 * chunk + 2], s[4 * chunk + 3]));
     }
     float subtrahend[2];
+    bool moved = false;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float new_max = fmaxf(row_max[r], quad_max(tile_max[r]) * scale_log2);
-      subtrahend[r] = new_max == kNegInfinity ? 0.0f : new_max;
-      correction[r] = exp2_approx(row_max[r] - subtrahend[r]);  // 0 when row_max was -inf
-      row_max[r] = new_max;
+      const float tile_max = fmaxf(fmaxf(partial[r][0], partial[r][1]),
+                                   fmaxf(partial[r][2], partial[r][3]));
+      const float new_max = quad_max(tile_max) * scale_log2;
+      // -inf + 8 = -inf: a row that had seen no visible key moves to the first finite max.
+      const bool move = new_max > row_max[r] + (kLazy ? kStaleMaxLog2 : 0.0f);
+      const float used_max = move ? new_max : row_max[r];
+      subtrahend[r] = used_max == kNegInfinity ? 0.0f : used_max;
+      correction[r] = move ? exp2_approx(row_max[r] - subtrahend[r]) : 1.0f;  // 0 from -inf
+      row_max[r] = used_max;
       row_sum[r] *= correction[r];
+      moved = moved || move;
     }
 #pragma unroll
     for (int chunk = 0; chunk < kAccRegs / 4; ++chunk) {
@@ -78,6 +105,7 @@ struct OnlineSoftmaxRows {
         row_sum[r] += p;
       }
     }
+    return moved;
   }
 
   // Per row: the factor that normalizes O (0 for a row with no visible key, so out = 0) and the

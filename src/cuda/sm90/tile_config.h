@@ -195,6 +195,11 @@ struct Sm90TileConfig {
   // +-1%; d64 -2..-5% at 8k-16k (three consumers: the multiplies sit inside the turn the other
   // two wait for); d256 +-2%. So d128 only.
   static constexpr bool kRescaleUnderQk = kHeadDim == 128;
+  // Lazy rescaling of O (softmax.cuh). H100, A B A B against the eager kernel
+  // (dev/sm90/results/2026-11-21-h100-lazy-rescale): d256 +0.6..+5.2% (128 multiplies per step
+  // after the P V wait), d128 +0..+3%; d64 (three consumers at 160 registers, 32 multiplies)
+  // lost 3-7% at 2k-16k non-causal with it.
+  static constexpr bool kLazyRescale = kHeadDim != 64;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
