@@ -46,9 +46,9 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
 
 // Lazy rescaling (FA4's): with kLazy, a row's scores may rise up to this far (log2 units) above
 // the max its probabilities are taken against before that max moves and O is rescaled.
-// Probabilities then reach at most 2^8: exact in fp32, and bf16 / fp16 P keeps its relative
-// precision; the sums stay far from fp32 overflow. finalize() uses the same max, so the result is
-// unchanged. Rows whose max stays put, the common case after the first KV steps, skip the
+// Probabilities then reach at most 2^8, far from fp32 overflow, and finalize() uses the same max.
+// Not free in precision: rounded to 16 bits, P carries a larger error into O (1.5x with fp16 in a
+// simulation of 1k keys; the kernel uses it for bf16 only). Rows whose max stays put, the common case after the first KV steps, skip the
 // correction and O's multiplies (the consumer skips them for a whole warp when none of its rows
 // moved).
 constexpr float kStaleMaxLog2 = 8.0f;

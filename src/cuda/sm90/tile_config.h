@@ -198,7 +198,7 @@ struct Sm90TileConfig {
   // Lazy rescaling of O (softmax.cuh). H100, A B A B against the eager kernel
   // (dev/sm90/results/2026-11-21-h100-lazy-rescale): d256 +0.6..+5.2% (128 multiplies per step
   // after the P V wait), d128 +0..+3%; d64 (three consumers at 160 registers, 32 multiplies)
-  // lost 3-7% at 2k-16k non-causal with it.
+  // lost 3-7% at 2k-16k non-causal with it. bf16 only (consumer_overlap.cuh).
   static constexpr bool kLazyRescale = kHeadDim != 64;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
