@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads the timelines of check_sm90 --trace (cuda/sm90/trace.cuh) and says where a tile's time goes.
+"""Reads the timelines of check_sm90 --trace (cuda/sm90/trace.cuh); says where a tile's time goes.
 
 For every consumer warpgroup of the traced CTAs the events are cut into tiles (kTileBegin) and
 turns (kTurn: the warpgroup got its turn to issue GEMMs). A tile of n KV steps takes n + 1 turns:

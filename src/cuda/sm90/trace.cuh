@@ -37,7 +37,8 @@ enum class Sm90Event : uint8_t {
 
 constexpr int kSm90TraceCtas = 4;             // CTAs traced: a few suffice, they run alike
 constexpr int kSm90TraceRoles = 4;            // warpgroups: producer + up to 3 consumers
-constexpr int kSm90TraceCapacity = 1 << 14;   // events per (CTA, warpgroup): 16 tiles x 64 steps x 12
+// Events kept per (CTA, warpgroup), later ones dropped: ~8 per KV step, so 16 tiles of 128 steps.
+constexpr int kSm90TraceCapacity = 1 << 14;
 
 #ifdef FLASHCORE_SM90_TRACE
 struct Sm90TraceBuffer {
