@@ -101,8 +101,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
-  // Lazy rescaling (softmax.cuh) for bf16 only: with fp16 P, probabilities up to 2^8 instead of
-  // 1 raised the output error 1.5x (simulated) and failed the float64 rule on one GPU test case.
+  // Lazy rescaling (softmax.cuh) for bf16 only: with fp16 P it failed the float64 rule on one GPU
+  // test case (probabilities up to 2^8 instead of 1 carry more rounding error into O).
   constexpr bool kLazy = Config::kLazyRescale && kDType == DType::kBFloat16;
   // Whether O needs this step's correction: lazily only if a row of this warp moved its max;
   // otherwise always, as the multiplies cost less than the vote.
