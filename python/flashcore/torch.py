@@ -112,12 +112,12 @@ def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, bac
             record_on=None):
     """Runs the library on raw BSHD tensors; switches the current CUDA device when q is
     elsewhere (torch's allocator and the library's launches then agree on the device)."""
+    call = (q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
+            record_on)
     if q_raw[2] == _arrays.RAW_CUDA and q_raw[3] != torch.cuda.current_device():
         with torch.cuda.device(q_raw[3]):
-            return _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend,
-                        stream, record_on)
-    return _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
-                record_on)
+            return _run(*call)
+    return _run(*call)
 
 
 def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
@@ -250,9 +250,8 @@ def attention_bhsd_to_bshd(q, k, v, causal, softmax_scale):
     """transformers' call: q/k/v [b, h, s, d] in, out [b, s_q, h_q, d] contiguous. Eager calls
     read the inputs through strides and write the output in place; the rest goes through the
     op on transposed views and gets the output's layout from it."""
-    if (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor
-            and q.dim() == k.dim() == v.dim() == _TENSOR_RANK
-            and not _dispatcher_has_work(q, k, v)):
+    # _dispatcher_has_work answers True for anything but plain tensors, before q.dim() is asked.
+    if not _dispatcher_has_work(q, k, v) and q.dim() == k.dim() == v.dim() == _TENSOR_RANK:
         return _forward(q, k, v, bool(causal), None if softmax_scale is None else
                         float(softmax_scale), False, True, False, "auto")[0]
     return attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal,

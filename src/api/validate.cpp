@@ -328,7 +328,8 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.causal = args.causal;
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;
-  // Set by attention_forward once it has zeroed the workspace on the stream (CUDA backends only).
+  // Set by run_cuda from the caller's workspace (sm90 only); the sm90 launcher zeroes it on the
+  // stream right before a launch that claims tiles.
   p.tile_counters = nullptr;
   p.num_sms = num_sms;
   return p;

@@ -14,6 +14,7 @@ namespace {
 struct DeviceTable {
   int count = 0;  // 0 when the driver or runtime is missing
   std::unique_ptr<DeviceInfo[]> devices;
+  std::unique_ptr<std::once_flag[]> filled;  // devices[i] holds its properties once filled[i] ran
 };
 
 DeviceInfo query_device(int device_index) {
@@ -39,7 +40,9 @@ const DeviceTable& device_table() {
       cudaGetLastError();  // clear the sticky "no driver" error so later calls are not confused
       t.count = 0;
     }
-    t.devices = std::make_unique<DeviceInfo[]>(t.count > 0 ? t.count : 1);
+    const int slots = t.count > 0 ? t.count : 1;  // never a zero-length array
+    t.devices = std::make_unique<DeviceInfo[]>(slots);
+    t.filled = std::make_unique<std::once_flag[]>(slots);
     return t;
   }();
   return table;
@@ -49,12 +52,9 @@ const DeviceTable& device_table() {
 
 const DeviceInfo& device_info(int device_index) {
   static const DeviceInfo absent{};
-  static std::once_flag* const filled = [] {
-    return new std::once_flag[device_table().count > 0 ? device_table().count : 1];
-  }();  // one flag per device, alive for the whole process (never destroyed: used at exit too)
   const DeviceTable& table = device_table();
   if (device_index < 0 || device_index >= table.count) return absent;
-  std::call_once(filled[device_index],
+  std::call_once(table.filled[device_index],
                  [&] { table.devices[device_index] = query_device(device_index); });
   return table.devices[device_index];
 }

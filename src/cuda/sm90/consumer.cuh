@@ -90,8 +90,8 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
                                                  int consumer, int thread_in_warpgroup,
                                                  Sm90TileLoopState<Config::kStages>& state,
                                                  const Sm90QRelease& release) {
-  uint8_t* staging = release.q_empty != nullptr && release.early ? smem.o_staging(consumer)
-                                                                   : smem.q_slab(consumer);
+  uint8_t* staging =
+      release.hands_back_early() ? smem.o_staging(consumer) : smem.q_slab(consumer);
   sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;

@@ -51,8 +51,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
 
-  const bool reused_staging = release.q_empty != nullptr && release.early;
-  if (reused_staging) {  // the previous tile's O store must have read the staging buffer
+  if (release.hands_back_early()) {  // the previous tile's O store must have read its buffer
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
     named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   }
@@ -79,11 +78,11 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
     if (release.q_empty == nullptr) {
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
-    } else if (!release.early) {
+    } else if (!release.early) {  // hands back after the store (q_empty is set here)
       tma_store_wait_reads();  // then the slab may take the next tile's Q
     }  // early: the next epilogue waits for the reads, the kernel's end for the writes
   }
-  if (release.q_empty != nullptr && !release.early) {
+  if (release.hands_back_after_store()) {
     // Every thread learns that the store has read the slab, then hands it back itself.
     named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
     mbarrier_arrive(release.q_empty);

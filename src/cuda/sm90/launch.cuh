@@ -51,7 +51,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
   if (num_tiles > INT_MAX) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
-                " output tiles (batch x heads_q x seqlen_q / 128) exceed the grid limit " +
+                " output tiles (batch x heads_q x seqlen_q / BLOCK_M) exceed the grid limit " +
                 std::to_string(INT_MAX));
   }
 
@@ -84,7 +84,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     tile_counters = sm90_tile_counters(params);
     if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
       FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
-                                           kSm90CountersPerLaunch * sizeof(uint32_t),
+                                           kTileCounterCount * sizeof(uint32_t),
                                            params.stream));
     }
   }

@@ -1,6 +1,7 @@
-// Bookkeeping shared by the producer and the consumers of the Hopper kernel: which output tile a CTA
-// computes, and the position in the K/V stage ring. Both roles derive their loop bounds from the
-// same functions here and from MaskPolicy::kv_tiles, so they can never disagree on a trip count.
+// Bookkeeping shared by the producer and the consumers of the Hopper kernel: which output tile a
+// CTA computes, and the position in the K/V stage ring. Both roles derive their loop bounds from
+// the same functions here and from MaskPolicy::kv_tiles, so they can never disagree on a trip
+// count.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +19,17 @@ struct Sm90Tile {
   int batch;
 };
 
-// Number of CTAs (one per output tile) the kernel is launched with.
+// BLOCK_M-row blocks of the query sequence: the one count the launcher, the tile order and the
+// producer's loop bound all derive from.
+template <class Config>
+FC_HOST_DEVICE int sm90_m_blocks(const AttentionParams& params) {
+  return ceil_div(params.seqlen_q, Config::kBlockM);
+}
+
+// Number of output tiles: CTAs of a one-tile-per-CTA launch, claims of a persistent one.
 template <class Config>
 FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params) {
-  const int64_t m_blocks = ceil_div(params.seqlen_q, Config::kBlockM);
-  return m_blocks * params.heads_q * params.batch;
+  return int64_t(sm90_m_blocks<Config>(params)) * params.heads_q * params.batch;
 }
 
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
@@ -51,7 +58,7 @@ struct Sm90TileOrder {
   int per_section;  // (head, batch) pairs per L2 section
 
   __device__ __forceinline__ explicit Sm90TileOrder(const AttentionParams& params)
-      : m_blocks(ceil_div(params.seqlen_q, Config::kBlockM)),
+      : m_blocks(sm90_m_blocks<Config>(params)),
         heads_times_batch(params.heads_q * params.batch),
         per_section(sm90_heads_per_section<Config>(params)) {}
 
@@ -81,17 +88,16 @@ struct Sm90TileOrder {
 // Where the counters live: the caller's workspace (zeroed on the stream by the launcher just
 // before the launch, see AttentionArgs::workspace), or else one slot of a static pool. The pool
 // is a __device__ array, zeroed when the module loads: no allocation, no host sync, nothing that
-// breaks graph capture. `static` gives every instance TU its own pool (no duplicate symbols without -rdc).
-// The launcher hands out pool slots round-robin and passes the slot index, so the kernel finds
-// the address itself (no cudaGetSymbolAddress on the host, which capture would not like).
+// breaks graph capture. `static` gives every instance TU its own pool (no duplicate symbols
+// without -rdc). The launcher hands out pool slots round-robin and passes the slot index, so the
+// kernel finds the address itself (no cudaGetSymbolAddress on the host, which capture would not
+// like).
 // Limit: two launches in flight at once on the same slot share counters and skip or repeat tiles.
 // Eager launches meet only 256 launches apart, but a captured graph keeps its slot for every
 // replay (one graph replayed on two streams at once, or beside a later launch that wraps onto its
 // slot): callers with overlapping launches pass a workspace.
 inline constexpr int kSm90TileCounterPoolSlots = 256;  // pool launches in flight before a reuse
-inline constexpr int kSm90CountersPerLaunch = kTileCounterCount;  // claims, CTAs done
-static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots *
-                                                  kSm90CountersPerLaunch];
+static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots * kTileCounterCount];
 
 struct Sm90TileCounters {
   uint32_t* workspace = nullptr;  // the caller's zeroed counters, or nullptr: use the pool slot
@@ -99,7 +105,7 @@ struct Sm90TileCounters {
 
   __device__ __forceinline__ uint32_t* get() const {
     return workspace != nullptr ? workspace
-                                : sm90_tile_counter_pool + kSm90CountersPerLaunch * pool_slot;
+                                : sm90_tile_counter_pool + kTileCounterCount * pool_slot;
   }
 };
 
@@ -141,10 +147,19 @@ struct Sm90TileLoopState {
 // How a consumer hands its Q slab back to the producer for the next tile (persistent schedules).
 struct Sm90QRelease {
   uint64_t* q_empty = nullptr;  // nullptr: one tile per CTA, nothing to hand back
-  bool early = false;  // O has its own staging buffer: every consumer thread arrives as soon as
-                       // its last S = Q K^T completed; else thread 0 after the O store read the slab
+  // O has its own staging buffer: every consumer thread arrives as soon as its last S = Q K^T
+  // completed; else every thread once the O store has read the slab (epilogue.cuh).
+  bool early = false;
+  // Q goes back after the last S = Q K^T and O is staged in its own buffer.
+  __device__ __forceinline__ bool hands_back_early() const {
+    return q_empty != nullptr && early;
+  }
+  // Q goes back after the O store has read the slab it was staged in.
+  __device__ __forceinline__ bool hands_back_after_store() const {
+    return q_empty != nullptr && !early;
+  }
   __device__ __forceinline__ void after_last_qk() const {
-    if (q_empty != nullptr && early) mbarrier_arrive(q_empty);
+    if (hands_back_early()) mbarrier_arrive(q_empty);
   }
 };
 

@@ -68,10 +68,10 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
 }
 
 // All loads of one output tile, in the order the consumers need them with the overlapped schedule:
-// K_0, Q, then K_{j+1} before V_j (the plain schedule, which needs V_j first, is fine with it: K_{j+1}
-// only waits for K_{j+1-stages}, released before V_j is needed). With `persistent`, the Q slabs
-// may still hold the previous tile: K_0 is loaded before waiting for q_empty, so it lands under the
-// previous tile's epilogue.
+// K_0, Q, then K_{j+1} before V_j (the plain schedule, which needs V_j first, is fine with it:
+// K_{j+1} only waits for K_{j+1-stages}, released before V_j is needed). With `persistent`, the Q
+// slabs may still hold the previous tile: K_0 is loaded before waiting for q_empty, so it lands
+// under the previous tile's epilogue.
 template <class Config>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,

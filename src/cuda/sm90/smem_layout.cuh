@@ -38,20 +38,22 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint8_t* v_tile(int stage) const {
     return base + Config::kQBytes + (Config::kStages + stage) * Config::kKVTileBytes;
   }
+  // First byte past the K and V stages: the O staging buffers where they fit, then the barriers.
+  __device__ __forceinline__ uint8_t* after_kv_ring() const {
+    return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes;
+  }
   // O of a consumer for its TMA store: its own buffer where the tile leaves room, else the
   // consumer's Q slab (free once its last S = Q K^T has completed).
   __device__ __forceinline__ uint8_t* o_staging(int consumer) const {
     if constexpr (Config::kSeparateOStaging) {
-      return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes +
-             consumer * Config::kQSlabBytes;
+      return after_kv_ring() + consumer * Config::kQSlabBytes;
     } else {
       return q_slab(consumer);
     }
   }
   __device__ __forceinline__ uint64_t* barriers() const {
     constexpr int kStagingBytes = Config::kSeparateOStaging ? Config::kQBytes : 0;
-    return reinterpret_cast<uint64_t*>(base + Config::kQBytes +
-                                       2 * Config::kStages * Config::kKVTileBytes + kStagingBytes);
+    return reinterpret_cast<uint64_t*>(after_kv_ring() + kStagingBytes);
   }
   // Q landed (one arrival: the producer's expect_tx, plus the TMA bytes).
   __device__ __forceinline__ uint64_t* q_full() const { return barriers(); }
@@ -75,10 +77,10 @@ struct Sm90SmemLayout {
     return barriers() + 1 + 4 * Config::kStages;
   }
   // Persistent schedules: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
-  // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer divisions
-  // (about 240 instructions on their critical path after Q lands; 7% of the consumer warps' stall
-  // samples at 512 / d128). Written before the producer's arrival on q_full, read after the
-  // consumers' wait; 16 bytes.
+  // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer
+  // divisions (about 240 instructions on their critical path after Q lands; 7% of the consumer
+  // warps' stall samples at 512 / d128). Written before the producer's arrival on q_full, read
+  // after the consumers' wait; 16 bytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
     return reinterpret_cast<Sm90Tile*>(barriers() + 2 + 4 * Config::kStages);
   }
