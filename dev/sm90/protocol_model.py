@@ -4,8 +4,9 @@
 It mirrors src/cuda/sm90/{producer,consumer,consumer_overlap,epilogue,kernel}.cuh step by step:
 mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the two
 256-thread ping-pong named barriers, wgmma reads of shared memory from issue until the wait
-returns (a release placed before the wait is caught), and the TMA store reading the Q slab. It
-checks, for the plain, overlap and persistent schedules:
+returns (a release placed before the wait is caught), and the TMA store reading the buffer O is
+staged in (the Q slab, its own buffer, or a V stage). It checks, for the plain, overlap and
+persistent schedules:
   * no deadlock (some role can always move until all finish),
   * every read sees the tile and KV step it expects (stage ring and Q phases in step),
   * the producer never overwrites a buffer that a wgmma or a store is still reading,
@@ -124,11 +125,17 @@ KV_BYTES, Q_BYTES = 100, 50
 
 
 class Cta:
-    def __init__(self, tiles, stages, schedule, rng, early=False):
+    def __init__(self, tiles, stages, schedule, rng, staging="qslab"):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.persistent = schedule in ("persistent", "pplain")
-        # early: O staged in its own buffer, Q released after the last S wgmma (kSeparateOStaging)
-        self.early = early and self.persistent
+        # Where O is staged (persistent schedules; one tile per CTA always uses the Q slab):
+        # "qslab", Q handed back after the store read it; "own" (kSeparateOStaging) or "vring"
+        # (kOStagingInVRing), Q handed back after the last S wgmma.
+        self.staging = staging if self.persistent else "qslab"
+        self.early = self.staging != "qslab"
+        # vring: consumer c's O store has read V stage (next + c); the producer waits before
+        # loading that tile's V_c there.
+        self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(2)]
         self.smem = Smem(stages)
         self.q_full = MBarrier("q_full", 1)
         self.q_empty = MBarrier("q_empty", 256 if self.early else 2)
@@ -156,6 +163,12 @@ class Cta:
         self.async_events.append(land)
         ring.advance()
 
+    def load_v(self, tile_id, step, ring, q_phase):
+        # vring: V_c of a tile goes where consumer c staged the previous tile's O.
+        if self.staging == "vring" and step < 2:
+            yield lambda qp=q_phase, c=step: self.o_free[c].passed(qp ^ 1)
+        yield from self.load("v", tile_id, step, ring)
+
     def producer(self):
         ring, q_phase = Ring(self.stages), 0
         for tile_id, count in self.tiles:
@@ -165,6 +178,11 @@ class Cta:
             if self.persistent:
                 yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
                 self.slot = tile_id  # the claimed tile index, published by the q_full arrival
+            if self.staging == "vring":
+                # Fewer V loads than consumers: the stages of the previous O stores no V load
+                # will wait for are waited for here, before the consumers may start the tile.
+                for c in range(count, 2):
+                    yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
             self.q_full.arrive_expect_tx(Q_BYTES)
 
             def land_q(tile_id=tile_id):
@@ -175,9 +193,9 @@ class Cta:
             self.async_events.append(land_q)
             for step in range(1, count):
                 yield from self.load("k", tile_id, step, k_ring)
-                yield from self.load("v", tile_id, step - 1, v_ring)
+                yield from self.load_v(tile_id, step - 1, v_ring, q_phase)
             if count > 0:
-                yield from self.load("v", tile_id, count - 1, v_ring)
+                yield from self.load_v(tile_id, count - 1, v_ring, q_phase)
             ring = k_ring
             q_phase ^= 1
         if self.persistent:  # no further tile: slot -1, q_full completes without bytes
@@ -199,9 +217,24 @@ class Cta:
         if self.early:
             self.q_empty.arrive(128)
 
-    def epilogue(self, c, tile_id):
+    def epilogue(self, c, tile_id, ring):
         who = f"c{c}"
-        if self.early:
+        if self.staging == "vring":
+            # Consumer c stages O in V stage (next + c) once every consumer has read the V last
+            # there (one trip round the ring before that position), and hands it back to the
+            # producer when the store has read it.
+            pos = ring.copy()
+            for _ in range(c):
+                pos.advance()
+            v = f"v{pos.stage}"
+            yield lambda s=pos.stage, ph=pos.phase: self.v_empty[s].passed(ph ^ 1)
+            self.smem.write(v, ("O", tile_id, c), who)
+            self.smem.start_read(v, ("O", tile_id, c), who + " store")
+            yield lambda: True
+            self.smem.end_read(v, who + " store")
+            self.o_free[c].arrive(128)
+            return
+        if self.staging == "own":
             # Own staging buffer: wait for the previous store's read (bulk wait_group.read), then
             # write; nobody waits after the store.
             o = f"o{c}"
@@ -235,7 +268,7 @@ class Cta:
                 self.release_q_after_last_qk()
             else:
                 yield from tile_work(c, tile_id, count, ring)
-            yield from self.epilogue(c, tile_id)
+            yield from self.epilogue(c, tile_id, ring)
             q_phase ^= 1
         if self.persistent:
             yield lambda qp=q_phase: self.q_full.passed(qp)
@@ -325,7 +358,8 @@ class Cta:
         waiting = {name: (lambda: True) for name in roles}
         while roles or self.async_events:
             ready = [n for n in roles if waiting[n]()]
-            choices = [("role", n) for n in ready] + [("tma", i) for i in range(len(self.async_events))]
+            choices = [("role", n) for n in ready]
+            choices += [("tma", i) for i in range(len(self.async_events))]
             if not choices:
                 state = {n: "blocked" for n in roles}
                 raise ModelError(f"deadlock: {state}")
@@ -348,17 +382,19 @@ def random_tiles(rng, persistent):
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     rng = random.Random(7)
-    for schedule, early in (("plain", False), ("overlap", False), ("persistent", False),
-                            ("persistent", True), ("pplain", False), ("pplain", True)):
+    for schedule, staging in (("plain", "qslab"), ("overlap", "qslab"),
+                              ("persistent", "qslab"), ("persistent", "own"),
+                              ("persistent", "vring"), ("pplain", "qslab"), ("pplain", "own"),
+                              ("pplain", "vring")):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
-                Cta(tiles, stages, schedule, random.Random(i), early).run()
+                Cta(tiles, stages, schedule, random.Random(i), staging).run()
             except ModelError as e:
-                print(f"FAIL {schedule} early={early} stages={stages} tiles={tiles} seed={i}: {e}")
+                print(f"FAIL {schedule} {staging} stages={stages} tiles={tiles} seed={i}: {e}")
                 return 1
-        print(f"ok {schedule}{' early' if early else ''}: {runs} random interleavings")
+        print(f"ok {schedule} ({staging} O staging): {runs} random interleavings")
     return 0
 
 

@@ -78,8 +78,10 @@ struct Sm90ThreadRows {
   }
 };
 
-// How both consumer schedules end a tile: O goes out through its own staging buffer where the CTA
-// hands Q back early, else through the consumer's Q slab; then the Q phase moves on.
+// How both consumer schedules end a tile: O goes out through its own staging buffer, or a V stage
+// once every consumer has read the V there (persistent CTAs, which hand Q back early), else
+// through the consumer's Q slab; then the Q phase moves on. `state.ring` is already past the
+// tile's last V.
 template <DType kDType, class Config, int kOAccRegs>
 __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
                                                  const OnlineSoftmaxRows& softmax,
@@ -90,8 +92,14 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
                                                  int consumer, int thread_in_warpgroup,
                                                  Sm90TileLoopState<Config::kStages>& state,
                                                  const Sm90QRelease& release) {
-  uint8_t* staging =
-      release.hands_back_early() ? smem.o_staging(consumer) : smem.q_slab(consumer);
+  uint8_t* staging = smem.q_slab(consumer);
+  if (release.stages_o_in_v_ring()) {
+    const Sm90VStaging<Config::kStages> v_staging(state.ring, consumer);
+    mbarrier_wait_parity(smem.v_empty(v_staging.stage), v_staging.read_parity);
+    staging = smem.v_tile(v_staging.stage);
+  } else if (release.hands_back_early()) {
+    staging = smem.o_staging(consumer);
+  }
   sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;

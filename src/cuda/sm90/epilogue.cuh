@@ -1,10 +1,11 @@
 // Epilogue of one consumer warpgroup: normalize O, write lse, and store O with TMA.
 //
-// O (64 rows x head_dim) is converted to 16 bits and written into the consumer's own Q slab in the
-// 128-byte-swizzled column-block layout (its last S = Q K^T has completed, so the slab is free),
-// then one thread stores it with TMA. Persistent schedules: with the O staging in the Q slab, that
-// thread waits only until the store has read the slab and tells the producer the slab is free;
-// with a separate staging buffer (Q already released), nobody waits until the next epilogue
+// O (64 rows x head_dim) is converted to 16 bits and written into the staging buffer the caller
+// chose (the consumer's Q slab once its last S = Q K^T has completed, a buffer of its own, or a V
+// stage: consumer.cuh) in the 128-byte-swizzled column-block layout, then one thread stores it
+// with TMA. Persistent schedules: staged in the Q slab or a V stage, that thread waits only until
+// the store has read the buffer, and every thread tells the producer it is free (q_empty /
+// o_free); with a buffer of its own (Q already released), nobody waits until the next epilogue
 // reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are
 // dropped by the hardware.
 #pragma once
@@ -51,7 +52,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
 
-  if (release.hands_back_early()) {  // the previous tile's O store must have read its buffer
+  if (release.stages_o_in_own_buffer()) {  // the previous tile's O store must have read it
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
     named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   }
@@ -78,14 +79,14 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
     if (release.q_empty == nullptr) {
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
-    } else if (!release.early) {  // hands back after the store (q_empty is set here)
-      tma_store_wait_reads();  // then the slab may take the next tile's Q
-    }  // early: the next epilogue waits for the reads, the kernel's end for the writes
+    } else if (release.staging_read_barrier() != nullptr) {
+      tma_store_wait_reads();  // then the buffer may take the next tile's Q or V
+    }  // own buffer: the next epilogue waits for the reads, the kernel's end for the writes
   }
-  if (release.hands_back_after_store()) {
-    // Every thread learns that the store has read the slab, then hands it back itself.
+  if (uint64_t* read_barrier = release.staging_read_barrier()) {
+    // Every thread learns that the store has read the buffer, then hands it back itself.
     named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
-    mbarrier_arrive(release.q_empty);
+    mbarrier_arrive(read_barrier);
   }
 }
 

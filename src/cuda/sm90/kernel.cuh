@@ -13,6 +13,8 @@
 //     TMA V_j        -> v_full[s] -------> wait v_full[s]; O += P V_j
 //   (the producer issues K_{j+1} before V_j: see producer.cuh)
 //                                          epilogue: O / l -> smem -> TMA store; lse
+//   (persistent, O staged in a V stage:
+//    wait o_free[c] before V_c of a tile) <--- arrive o_free[c] once the store has read it
 //
 // Shared memory: see smem_layout.cuh. Registers: see tile_config.h.
 #pragma once
@@ -62,6 +64,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       mbarrier_init(smem.k_empty(stage), Config::kConsumerThreads);
       mbarrier_init(smem.v_empty(stage), Config::kConsumerThreads);
     }
+#pragma unroll
+    for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer)
+      mbarrier_init(smem.o_free(consumer), Config::kThreadsPerWarpgroup);
     mbarrier_init_fence();
     sm90_trace_reset();
   }
@@ -106,7 +111,8 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     Sm90QRelease release;
     if (kPersistent) {
       release.q_empty = smem.q_empty();
-      release.early = Config::kSeparateOStaging;
+      release.early = Config::kSeparateOStaging || Config::kOStagingInVRing;
+      if (Config::kOStagingInVRing) release.o_free = smem.o_free(consumer);
     }
     // Ping-pong turns between the consumers (overlapped schedules), one rotation for all tiles.
     constexpr bool kPingPong =

@@ -144,13 +144,18 @@ struct Sm90TileLoopState {
   uint32_t q_phase = 0;
 };
 
-// How a consumer hands its Q slab back to the producer for the next tile (persistent schedules).
+// How a consumer hands its Q slab back to the producer for the next tile (persistent schedules),
+// and where it stages O for the store.
 struct Sm90QRelease {
   uint64_t* q_empty = nullptr;  // nullptr: one tile per CTA, nothing to hand back
-  // O has its own staging buffer: every consumer thread arrives as soon as its last S = Q K^T
-  // completed; else every thread once the O store has read the slab (epilogue.cuh).
+  // O has a staging buffer other than the Q slab (its own, or a V stage): every consumer thread
+  // arrives as soon as its last S = Q K^T completed; else every thread once the O store has read
+  // the slab (epilogue.cuh).
   bool early = false;
-  // Q goes back after the last S = Q K^T and O is staged in its own buffer.
+  // O staged in the V ring (Config::kOStagingInVRing): this consumer's barrier, which every one of
+  // its threads arrives on once the O store has read the V stage; else nullptr.
+  uint64_t* o_free = nullptr;
+  // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage.
   __device__ __forceinline__ bool hands_back_early() const {
     return q_empty != nullptr && early;
   }
@@ -158,8 +163,36 @@ struct Sm90QRelease {
   __device__ __forceinline__ bool hands_back_after_store() const {
     return q_empty != nullptr && !early;
   }
+  __device__ __forceinline__ bool stages_o_in_v_ring() const { return o_free != nullptr; }
+  // O staged in a buffer of its own, which the previous tile's store may still be reading.
+  __device__ __forceinline__ bool stages_o_in_own_buffer() const {
+    return hands_back_early() && !stages_o_in_v_ring();
+  }
+  // The barrier to arrive on once the O store has read its staging buffer, or nullptr (own
+  // buffer, or one tile per CTA).
+  __device__ __forceinline__ uint64_t* staging_read_barrier() const {
+    return stages_o_in_v_ring() ? o_free : hands_back_after_store() ? q_empty : nullptr;
+  }
   __device__ __forceinline__ void after_last_qk() const {
     if (hands_back_early()) mbarrier_arrive(q_empty);
+  }
+};
+
+// Where a consumer stages O with Config::kOStagingInVRing: consumer c in the V stage c places past
+// `next` (the ring position after the tile), once every consumer has finished reading the V last
+// loaded there. The producer loads the next tile's V_c into that stage (after o_free[c]), so each
+// stage holds at most one O at a time (producer.cuh waits for the rest when a tile has fewer V
+// loads than consumers).
+template <int kStages>
+struct Sm90VStaging {
+  int stage;
+  uint32_t read_parity;  // v_empty's phase that completes once every consumer has read that V
+  __device__ __forceinline__ Sm90VStaging(RingPosition<kStages> next, int consumer) {
+    for (int i = 0; i < consumer; ++i) next.advance();
+    stage = next.stage;
+    // The V read there was loaded one trip round the ring before `next` + consumer: its phase
+    // is the other parity. Never loaded (the CTA's first trip): that wait passes at once.
+    read_parity = next.phase ^ 1;
   }
 };
 

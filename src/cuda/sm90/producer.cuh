@@ -1,10 +1,11 @@
 // The producer of the Hopper kernel: one thread of warpgroup 0 issues every TMA load of a tile.
 //
 //   K tile 0 (wait k_empty[s])  -> k_full[s]
-//   (persistent: wait q_empty)
+//   (persistent: wait q_empty; O in the V ring and n < consumers: wait o_free[n..])
 //   Q (once per tile)           -> q_full
 //   for j = 1 .. n-1 (KV tiles last to first, the order the consumers visit them):
 //     wait k_empty[s_j];   K tile j   -> k_full[s_j]
+//     (O in the V ring, j - 1 < consumers: wait o_free[j - 1])
 //     wait v_empty[s_j-1]; V tile j-1 -> v_full[s_j-1]
 //   wait v_empty; V tile n-1 -> v_full
 #pragma once
@@ -72,6 +73,11 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
 // K_{j+1} only waits for K_{j+1-stages}, released before V_j is needed). With `persistent`, the Q
 // slabs may still hold the previous tile: K_0 is loaded before waiting for q_empty, so it lands
 // under the previous tile's epilogue.
+// O staged in the V ring (persistent, Config::kOStagingInVRing): the previous tile's consumer c
+// staged its O in the stage that this tile's V_c loads into (Sm90VStaging), so V_c waits until
+// that store has read it (o_free[c], completed once per tile like q_empty). With fewer V loads
+// than consumers the remaining o_free are waited for before Q, so no consumer of this tile stages
+// its O over a store still reading.
 template <class Config>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
@@ -80,19 +86,31 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              Sm90TileLoopState<Config::kStages>& state) {
   const int kv_head = params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
+  const bool o_in_v_ring = persistent && Config::kOStagingInVRing;
+  const uint32_t previous_tile_parity = state.q_phase ^ 1;
   RingPosition<Config::kStages> k_ring = state.ring, v_ring = state.ring;
+  const auto load_v = [&](int step) {
+    if (o_in_v_ring && step < Config::kConsumerWarpgroups) {
+      mbarrier_wait_parity(smem.o_free(step), previous_tile_parity);
+    }
+    sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, step, v_ring);
+  };
   if (count > 0) sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
   if (persistent) {
-    mbarrier_wait_parity(smem.q_empty(), state.q_phase ^ 1);
+    mbarrier_wait_parity(smem.q_empty(), previous_tile_parity);
     sm90_trace(Sm90Event::kQSlotFree);
     *smem.tile_slot() = tile;  // published by the arrival on q_full in sm90_load_q
+  }
+  if (o_in_v_ring) {
+    for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
+      mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
   }
   sm90_load_q(smem, maps, tile);
   for (int step = 1; step < count; ++step) {
     sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
-    sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, step - 1, v_ring);
+    load_v(step - 1);
   }
-  if (count > 0) sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, count - 1, v_ring);
+  if (count > 0) load_v(count - 1);
   state.ring = k_ring;  // both rings advanced `count` times
   state.q_phase ^= 1;
 }

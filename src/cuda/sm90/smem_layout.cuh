@@ -4,8 +4,9 @@
 //   [O staging: consumer 0 | consumer 1, where it fits] [mbarriers]
 //
 // Every tile is a column-block tile (see cuda/ptx/smem_descriptor.cuh) starting on a 1024-byte
-// boundary, as the 128-byte swizzle of TMA and wgmma requires. A consumer's Q slab is reused to
-// stage its O tile for the TMA store once its last S = Q K^T has completed.
+// boundary, as the 128-byte swizzle of TMA and wgmma requires. Where O has no buffer of its own,
+// a persistent CTA stages it in a V stage (Config::kOStagingInVRing) and a one-tile CTA in the
+// consumer's Q slab, once its last S = Q K^T has completed.
 #pragma once
 
 #include <cstdint>
@@ -76,13 +77,19 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint64_t* q_empty() const {
     return barriers() + 1 + 4 * Config::kStages;
   }
+  // Persistent schedules with O staged in the V ring: consumer c's O store has read its V stage
+  // (every thread of the consumer arrives), so the producer may load V there.
+  __device__ __forceinline__ uint64_t* o_free(int consumer) const {
+    return barriers() + 2 + 4 * Config::kStages + consumer;
+  }
   // Persistent schedules: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
   // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer
   // divisions (about 240 instructions on their critical path after Q lands; 7% of the consumer
   // warps' stall samples at 512 / d128). Written before the producer's arrival on q_full, read
   // after the consumers' wait; 16 bytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
-    return reinterpret_cast<Sm90Tile*>(barriers() + 2 + 4 * Config::kStages);
+    return reinterpret_cast<Sm90Tile*>(barriers() + 2 + 4 * Config::kStages +
+                                       Config::kConsumerWarpgroups);
   }
 };
 

@@ -87,10 +87,13 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 640 / 675 at 8k / 16k
     // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory. n64: 2-15%
     // slower everywhere.
-    {256, false, 4096, 80, 2, Sm90Schedule::kPersistent, 2},  // 485/587/656/708 at 512..4k
-    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kOverlapPingPong, 2},  // 753 / 715 at 8k / 16k
+    // Persistent at every length since O is staged in the V ring (Q handed back before the
+    // epilogue): H100, 490/633/708/776/813/779 at 512..16k vs overlap 470/577/630/736/779/735
+    // (dev/sm90/results/2026-11-21-h100-o-in-v-ring/sweep.log; with O in the Q slab overlap
+    // won above 4k).
+    {256, false, kAnySeqlen, 80, 2, Sm90Schedule::kPersistent, 2},
     // causal: persistent ties or beats overlap at every length, so one kernel, not two:
-    // 316/451/550/631/677/776 at 512..16k vs overlap 313/444/518/627/672/773.
+    // H100 311/473/565/638/692/787 at 512..16k vs overlap 288/433/525/617/674/779.
     {256, true, kAnySeqlen, 80, 2, Sm90Schedule::kPersistent, 2},
 };
 
@@ -211,8 +214,9 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  // q full/empty, k/v full/empty, and 16 bytes for the persistent schedules' next-tile slot
-  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages);
+  // q full/empty, k/v full/empty, one o_free per consumer, and 16 bytes for the persistent
+  // schedules' next-tile slot
+  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages + kConsumerWarpgroups);
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = 227 * 1024;
   static constexpr int kCoreSmemBytes =
@@ -223,6 +227,15 @@ struct Sm90TileConfig {
   // (before the epilogue) instead of after the O store has read the slab.
   static constexpr bool kSeparateOStaging = kCoreSmemBytes + kQBytes <= kMaxSmemBytes;
   static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kQBytes : 0);
+  // Where no separate buffer fits (d256 n80: 64 KB Q + 160 KB K/V), a persistent CTA stages O in
+  // the V stages instead, consumer c's in the stage c places past the tile's last V (each 32 KB
+  // slab in a 40 KB stage), once every consumer has read the V there. Q then goes back after the
+  // last S = Q K^T as with a separate buffer, and the next tile's Q loads under this epilogue
+  // instead of after it: staged in the Q slab, the d256 tile boundary took ~2 main-loop periods
+  // against ~0.9 for d128 (dev/sm90/results/2026-11-21-h100-trace). The producer loads V into a
+  // staging stage only after that consumer's O store has read it (o_free; producer.cuh).
+  static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kQSlabBytes &&
+                                           kStages >= kConsumerWarpgroups;
   // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread,
   // after its last S wgmma completed (separate staging) or after the O store has read the slab.
   // Each thread arrives itself, so its read of the tile slot is ordered before the producer's next
