@@ -237,7 +237,8 @@ struct Sm90TileConfig {
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kQSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread,
-  // after its last S wgmma completed (separate staging) or after the O store has read the slab.
+  // after its last S wgmma completed (O staged in its own buffer or the V ring) or after the O
+  // store has read the slab.
   // Each thread arrives itself, so its read of the tile slot is ordered before the producer's next
   // write by the mbarrier alone (racecheck sees that; a chain through a named barrier it did not).
   static constexpr int kQEmptyArrivals = kConsumerThreads;
