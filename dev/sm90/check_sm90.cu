@@ -410,8 +410,8 @@ void dump_traces(const ProblemShape& shape, const DeviceProblem& dev,
       for (uint32_t i = 0; i < host_counts[slot]; ++i) {
         const uint64_t word = host_events[slot * kSm90TraceCapacity + i];
         std::fprintf(f, "%zu,%zu,%u,%llu\n", slot / kSm90TraceRoles, slot % kSm90TraceRoles,
-                     unsigned(word >> 56),
-                     static_cast<unsigned long long>(word & ((uint64_t(1) << 56) - 1)));
+                     unsigned(word >> kSm90TraceClockBits),
+                     static_cast<unsigned long long>(word & kSm90TraceClockMask));
       }
     }
     std::fclose(f);

@@ -97,7 +97,7 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
     const Sm90VStaging<Config::kStages> v_staging(state.ring, consumer);
     mbarrier_wait_parity(smem.v_empty(v_staging.stage), v_staging.read_parity);
     staging = smem.v_tile(v_staging.stage);
-  } else if (release.hands_back_early()) {
+  } else if (release.stages_o_in_own_buffer()) {
     staging = smem.o_staging(consumer);
   }
   sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     Sm90QRelease release;
     if (kPersistent) {
       release.q_empty = smem.q_empty();
-      release.early = Config::kSeparateOStaging || Config::kOStagingInVRing;
+      release.staging = Config::kPersistentOStaging;
       if (Config::kOStagingInVRing) release.o_free = smem.o_free(consumer);
     }
     // Ping-pong turns between the consumers (overlapped schedules), one rotation for all tiles.

@@ -148,20 +148,20 @@ struct Sm90TileLoopState {
 // and where it stages O for the store.
 struct Sm90QRelease {
   uint64_t* q_empty = nullptr;  // nullptr: one tile per CTA, nothing to hand back
-  // O has a staging buffer other than the Q slab (its own, or a V stage): every consumer thread
-  // arrives as soon as its last S = Q K^T completed; else every thread once the O store has read
-  // the slab (epilogue.cuh).
-  bool early = false;
-  // O staged in the V ring (Config::kOStagingInVRing): this consumer's barrier, which every one of
-  // its threads arrives on once the O store has read the V stage; else nullptr.
+  // Persistent CTAs: Config::kPersistentOStaging. Every consumer thread arrives on q_empty as soon
+  // as its last S = Q K^T completed, unless O is staged in the Q slab: then once the O store has
+  // read it (epilogue.cuh).
+  Sm90OStaging staging = Sm90OStaging::kQSlab;
+  // kVRing: this consumer's barrier, which every one of its threads arrives on once the O store
+  // has read the V stage.
   uint64_t* o_free = nullptr;
   // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage.
   __device__ __forceinline__ bool hands_back_early() const {
-    return q_empty != nullptr && early;
+    return q_empty != nullptr && staging != Sm90OStaging::kQSlab;
   }
   // Q goes back after the O store has read the slab it was staged in.
   __device__ __forceinline__ bool hands_back_after_store() const {
-    return q_empty != nullptr && !early;
+    return q_empty != nullptr && staging == Sm90OStaging::kQSlab;
   }
   __device__ __forceinline__ bool stages_o_in_v_ring() const { return o_free != nullptr; }
   // O staged in a buffer of its own, which the previous tile's store may still be reading.

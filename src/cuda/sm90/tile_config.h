@@ -36,6 +36,14 @@ constexpr bool sm90_is_persistent(Sm90Schedule schedule) {
 constexpr bool sm90_claims_tiles(Sm90Schedule schedule, bool causal) {
   return sm90_is_persistent(schedule) && causal;
 }
+// Where a persistent CTA stages a consumer's O for its TMA store (one-tile CTAs always use the Q
+// slab: there is no next tile to load). Sm90TileConfig::kPersistentOStaging picks it.
+enum class Sm90OStaging : int {
+  kQSlab = 0,      // the consumer's Q slab: the next Q loads only after the store has read it
+  kOwnBuffer = 1,  // a buffer of its own past the K/V ring: Q goes back after the last S = Q K^T
+  kVRing = 2,      // a V stage (no room for a buffer): Q goes back after the last S = Q K^T too
+};
+
 constexpr bool sm90_is_overlapped(Sm90Schedule schedule) {
   return schedule == Sm90Schedule::kOverlapPingPong || schedule == Sm90Schedule::kPersistent ||
          schedule == Sm90Schedule::kOverlapOnly;
@@ -236,6 +244,9 @@ struct Sm90TileConfig {
   // staging stage only after that consumer's O store has read it (o_free; producer.cuh).
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kQSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
+  static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
+                                                      : kOStagingInVRing ? Sm90OStaging::kVRing
+                                                                         : Sm90OStaging::kQSlab;
   // Arrivals that free the Q slabs for the next tile (persistent schedules): every consumer thread,
   // after its last S wgmma completed (O staged in its own buffer or the V ring) or after the O
   // store has read the slab.

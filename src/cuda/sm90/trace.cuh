@@ -36,9 +36,14 @@ enum class Sm90Event : uint8_t {
 };
 
 constexpr int kSm90TraceCtas = 4;             // CTAs traced: a few suffice, they run alike
+constexpr int kSm90TraceWarpgroupThreads = 128;  // thread 0 of each records its role's events
 constexpr int kSm90TraceRoles = 4;            // warpgroups: producer + up to 3 consumers
 // Events kept per (CTA, warpgroup), later ones dropped: ~8 per KV step, so 16 tiles of 128 steps.
 constexpr int kSm90TraceCapacity = 1 << 14;
+// An event word: the Sm90Event in the top byte, the SM clock's low 56 bits below (2^56 clocks
+// are over a year at 2 GHz, so a launch never wraps).
+constexpr int kSm90TraceClockBits = 56;
+constexpr uint64_t kSm90TraceClockMask = (uint64_t(1) << kSm90TraceClockBits) - 1;
 
 #ifdef FLASHCORE_SM90_TRACE
 struct Sm90TraceBuffer {
@@ -58,16 +63,17 @@ __device__ __forceinline__ void sm90_trace_reset() {
 }
 
 __device__ __forceinline__ void sm90_trace(Sm90Event event) {
-  if (threadIdx.x % 128 != 0 || blockIdx.x >= kSm90TraceCtas || g_sm90_trace.events == nullptr) {
+  if (threadIdx.x % kSm90TraceWarpgroupThreads != 0 || blockIdx.x >= kSm90TraceCtas ||
+      g_sm90_trace.events == nullptr) {
     return;
   }
-  const int role = threadIdx.x / 128;
+  const int role = threadIdx.x / kSm90TraceWarpgroupThreads;
   const uint32_t index = sm90_trace_counter()[role];
   if (index >= kSm90TraceCapacity) return;
   const int slot = blockIdx.x * kSm90TraceRoles + role;
-  const uint64_t clock = clock64() & ((uint64_t(1) << 56) - 1);
+  const uint64_t clock = clock64() & kSm90TraceClockMask;
   g_sm90_trace.events[uint64_t(slot) * kSm90TraceCapacity + index] =
-      (uint64_t(event) << 56) | clock;
+      (uint64_t(event) << kSm90TraceClockBits) | clock;
   sm90_trace_counter()[role] = index + 1;
   g_sm90_trace.counts[slot] = index + 1;
 }
