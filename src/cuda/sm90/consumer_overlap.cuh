@@ -195,4 +195,58 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   sm90_trace(Sm90Event::kEpilogueDone);
 }
 
+// A consumer whose 64 query rows all lie past seqlen_q (the last m-block of a sequence that is not
+// a multiple of BLOCK_M: 1k rows are 5 x 192 + 64 for d64, so two of the last tile's three
+// consumers have no row) computes nothing. It keeps every barrier wait and arrival and every
+// ping-pong turn of sm90_consume_overlapped in the same order, so the producer and the other
+// consumers see the same protocol, but issues no GEMM and no softmax: the live consumers' GEMMs
+// no longer queue behind its own. The epilogue stores nothing for it (no row < seqlen_q) and
+// hands its staging buffer back as usual.
+template <DType kDType, class Config, class Turns>
+__device__ __forceinline__ void sm90_pass_tile_overlapped(const Sm90SmemLayout<Config>& smem,
+                                                          const CUtensorMap* map_o,
+                                                          const AttentionParams& params,
+                                                          const Sm90Tile& tile,
+                                                          const KvTileRange& kv_tiles,
+                                                          int slab_row_begin, int consumer,
+                                                          int thread_in_warpgroup,
+                                                          Sm90TileLoopState<Config::kStages>& state,
+                                                          const Sm90QRelease& release,
+                                                          const Turns& turns) {
+  float o[Config::kHeadDim / 2];
+#pragma unroll
+  for (int i = 0; i < Config::kHeadDim / 2; ++i) o[i] = 0.0f;
+  const OnlineSoftmaxRows softmax;
+
+  mbarrier_wait_parity(smem.q_full(), state.q_phase);
+  const int num_tiles = kv_tiles.count();
+  if (num_tiles == 0) release.after_last_qk();
+  if (num_tiles > 0) {
+    RingPosition<Config::kStages>& ring = state.ring;
+    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);  // first S's turn
+    turns.begin();
+    turns.end();
+    mbarrier_arrive(smem.k_empty(ring.stage));
+    if (num_tiles == 1) release.after_last_qk();
+    for (int step = 1; step < num_tiles; ++step) {  // S_t and P V_{t-1}'s turns
+      const RingPosition<Config::kStages> previous = ring;
+      ring.advance();
+      mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+      mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
+      turns.begin();
+      turns.end();
+      mbarrier_arrive(smem.k_empty(ring.stage));
+      if (step == num_tiles - 1) release.after_last_qk();
+      mbarrier_arrive(smem.v_empty(previous.stage));
+    }
+    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);  // the last P V's turn
+    turns.begin();
+    turns.end();
+    mbarrier_arrive(smem.v_empty(ring.stage));
+    ring.advance();
+  }
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, slab_row_begin, consumer,
+                          thread_in_warpgroup, state, release);
+}
+
 }  // namespace flashcore::detail
