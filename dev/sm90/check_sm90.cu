@@ -190,6 +190,11 @@ std::vector<Variant> sweep_variants() {
       sweep_variant<S::kPersistentPlain, 128, 128, 2>(),
       sweep_variant<S::kPersistent, 128, 96, 2>(),  // short-sequence candidates
       sweep_variant<S::kPersistent, 128, 64, 2>(),
+      sweep_variant<S::kPersistent, 128, 64, 2, 3>(),  // three consumers at 160 registers:
+      sweep_variant<S::kPersistent, 128, 64, 3, 3>(),  // O 64 + S 32-40 + P 16-20 fit
+      sweep_variant<S::kPersistent, 128, 80, 2, 3>(),
+      sweep_variant<S::kPersistent, 128, 80, 3, 3>(),
+      sweep_variant<S::kOverlapPingPong, 128, 80, 2, 3>(),
       // d256
       sweep_variant<S::kPlain, 256, 80, 2>(),
       sweep_variant<S::kOverlapOnly, 256, 80, 2>(),

@@ -22,6 +22,9 @@ cases=(
   # (causal d128).
   "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 32 --heads-kv 8 --head-dim 64"
   "--batch 2 --seqlen-q 600 --seqlen-k 600 --heads-q 32 --heads-kv 8 --head-dim 128 --causal"
+  # d128 non-causal above 1k (three consumers); 1030 = 5 x 192 + 70 leaves the last tile's third
+  # consumer without a row (sm90_pass_tile_overlapped), as 700 does for d64 above.
+  "--batch 1 --seqlen-q 1030 --seqlen-k 1030 --heads-q 32 --heads-kv 8 --head-dim 128"
   # d256 stages O in the V ring across tiles; rows 0-49 see no key and rows 50-127 one KV tile,
   # so some tiles have fewer V loads than consumers (producer.cuh's extra o_free waits).
   "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 16 --heads-kv 4 --head-dim 256 --causal"

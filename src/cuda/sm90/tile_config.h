@@ -86,12 +86,17 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // > 1k: 385 / 439 / 507 / 522 at 2k / 4k / 8k / 16k; overlap n128 s3 (the old > 4k row)
     // 360 / 427 / 503 / 522.
     {64, true, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
-    // d128: persistent n128 s2 (own O staging) 482 / 562 / 566 / 613 at 512 / 1k / 2k / 4k vs
-    // overlap n176 398 / 504 / 535 / 602; overlap n176 655 / 657 at 8k / 16k (pers n176 659 /
-    // 669 and overlap n160 669 at 16k: within the 3% spread).
-    {128, false, 4096, 128, 2, Sm90Schedule::kPersistent, 2},
-    {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
+    // d128 non-causal <= 1k: persistent n128 s2 (own O staging), 512 / 589 at 512 / 1k.
+    // > 1k: three consumers at n80 (BLOCK_M 192; O 64 + S 40 + P 20 fit 160 registers, n96
+    // spills): H100 657 / 690 / 721 / 718 at 2k / 4k / 8k / 16k against 621 / 663 / 686 / 664
+    // for the previous rows (n128 two consumers <= 4k, overlap n176 above), 585 vs 589 at 1k,
+    // 489 vs 512 at 512 (dev/sm90/results/2026-11-21-h100-d128-three-consumers; n80 s3 and the
+    // one-tile overlap schedule tie or lose). The third consumer fills the tensor pipe while two
+    // run their softmax, as for d64.
+    {128, false, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
+    {128, false, kAnySeqlen, 80, 2, Sm90Schedule::kPersistent, 3},
     {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},  // 323/441/537/597 at 512..4k
+    // Causal with three consumers at n80 lost 4-10% at 512-4k and tied at 8k / 16k.
     {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 640 / 675 at 8k / 16k
     // d256: 80 not 128: two 40 KB stages and the 64 KB Q fit 227 KB of shared memory. n64: 2-15%
     // slower everywhere.
