@@ -209,9 +209,8 @@ struct Sm90TileConfig {
   // issues instead of after P V completes. H100, library default A B A B
   // (dev/sm90/results/2026-11-21-h100-rescale): d128 +1.4-3% at 4k-16k and GQA, short lengths
   // +-1%; d64 -2..-5% at 8k-16k (three consumers: the multiplies sit inside the turn the other
-  // two wait for); d256 +-2%. So d128 with two consumers only: with three (n80), fp16 (eager
-  // rescaling, every step) read 0.95-0.96x cuDNN at 2k-8k against 1.03x for bf16 (lazy).
-  static constexpr bool kRescaleUnderQk = kHeadDim == 128 && kConsumers_ == 2;
+  // two wait for); d256 +-2%. So d128 only.
+  static constexpr bool kRescaleUnderQk = kHeadDim == 128;
   // Lazy rescaling of O (softmax.cuh). H100, A B A B against the eager kernel
   // (dev/sm90/results/2026-11-21-h100-lazy-rescale): d256 +0.6..+5.2% (128 multiplies per step
   // after the P V wait), d128 +0..+3%; d64 (three consumers at 160 registers, 32 multiplies)
