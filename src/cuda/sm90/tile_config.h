@@ -87,14 +87,16 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // 360 / 427 / 503 / 522.
     {64, true, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
     // d128 non-causal <= 1k: persistent n128 s2 (own O staging), 512 / 589 at 512 / 1k.
-    // > 1k: three consumers at n80 (BLOCK_M 192; O 64 + S 40 + P 20 fit 160 registers, n96
-    // spills): H100 657 / 690 / 721 / 718 at 2k / 4k / 8k / 16k against 621 / 663 / 686 / 664
-    // for the previous rows (n128 two consumers <= 4k, overlap n176 above), 585 vs 589 at 1k,
-    // 489 vs 512 at 512 (dev/sm90/results/2026-11-21-h100-d128-three-consumers; n80 s3 and the
-    // one-tile overlap schedule tie or lose). The third consumer fills the tensor pipe while two
-    // run their softmax, as for d64.
+    // 2k-4k: three consumers at n80 (BLOCK_M 192; O 64 + S 40 + P 20 fit 160 registers, n96
+    // spills): H100 sweeps 657 / 690 at 2k / 4k against 621 / 663 for n128 two consumers, 585
+    // vs 589 at 1k, 489 vs 512 at 512; standard grid bf16 1.03x cuDNN at 2k / 4k against 0.99 /
+    // 1.00 (dev/sm90/results/2026-11-21-h100-d128-three-consumers). The third consumer fills the
+    // tensor pipe while two run their softmax, as for d64. > 4k: the sweeps read 721 / 718 at 8k
+    // / 16k against 695 / 664 for overlap n176, but in the grid (cuDNN interleaved) bf16 read
+    // 688 / 658 against 694 / 668 and fp16 638 / 582 against 665 / 602: overlap n176 stays there.
     {128, false, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
-    {128, false, kAnySeqlen, 80, 2, Sm90Schedule::kPersistent, 3},
+    {128, false, 4096, 80, 2, Sm90Schedule::kPersistent, 3},
+    {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
     {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},  // 323/441/537/597 at 512..4k
     // Causal with three consumers at n80 lost 4-10% at 512-4k and tied at 8k / 16k.
     {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 640 / 675 at 8k / 16k
