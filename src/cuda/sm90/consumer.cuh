@@ -69,7 +69,7 @@ struct Sm90ThreadRows {
   __device__ __forceinline__ Sm90ThreadRows(const AttentionParams& params, const Sm90Tile& tile,
                                             int consumer, int thread_in_warpgroup) {
     const int lane = thread_in_warpgroup % 32;
-    slab_row_begin = tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+    slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
     const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
     const MaskPolicy<kCausal> mask(params, tile.batch);
     col_limit[0] = mask.col_limit(row0);

@@ -31,6 +31,11 @@
 //
 // `state` carries the ring position and the Q phase across tiles; `release` says when the Q slab
 // goes back to the producer (persistent schedules).
+// sm90_pass_tile_overlapped (below) repeats this function's barrier and turn sequence without
+// the math, for consumers with no query row: a change to one sequence must go into both, or the
+// CTA deadlocks (check_sm90's shapes of 1, 17, 65 and 1000 rows run that path).
+// It is a function of its own, not a branch in this loop: changes to this loop's branch layout
+// cost 2-5% (docs/kernels.md runs 43 and 45).
 #pragma once
 
 #include "cuda/common/mask.cuh"

@@ -143,8 +143,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       const KvTileRange kv_tiles =
           mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
       if constexpr (sm90_is_overlapped(kSchedule)) {
-        const int slab_row_begin =
-            tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+        const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
         if (!kSkipsRowlessConsumers || slab_row_begin < params.seqlen_q_of(tile.batch)) {
           sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
                                                            consumer, thread_in_warpgroup, state,

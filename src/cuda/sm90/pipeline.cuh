@@ -19,6 +19,13 @@ struct Sm90Tile {
   int batch;
 };
 
+// First query row of consumer `consumer`'s 64-row slab in `tile`: what its accumulators hold
+// (Sm90ThreadRows) and whether it has any row at all (the kernel's rowless-consumer check).
+template <class Config>
+__device__ __forceinline__ int sm90_slab_row_begin(const Sm90Tile& tile, int consumer) {
+  return tile.m_block * Config::kBlockM + consumer * Config::kRowsPerConsumer;
+}
+
 // BLOCK_M-row blocks of the query sequence: the one count the launcher, the tile order and the
 // producer's loop bound all derive from.
 template <class Config>

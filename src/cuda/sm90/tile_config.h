@@ -7,6 +7,7 @@
 // that must fit in kConsumerRegisters with room for addresses and softmax state.
 //   d64 : O 32 + S 64 + P 32 = 128 regs; smem 16K Q + 2 x 2 x 16K K/V = 80 KB
 //   d128: O 64 + S 64 + P 32 = 160 regs; smem 32K Q + 2 x 2 x 32K K/V = 160 KB
+//         (three consumers at n80: O 64 + S 40 + P 20 = 124 regs of 160; 48K Q + 80 KB K/V)
 //   d256: O 128 + S 40 + P 20 = 188 regs; smem 64K Q + 2 x 2 x 40K K/V = 224 KB (of 227 KB)
 // BLOCK_N is a multiple of 16 (the K of the P V wgmma) and at most 256 (wgmma N, TMA box rows).
 #pragma once
