@@ -59,7 +59,7 @@ std::string describe_dtype(const nb::dlpack::dtype& dt) {
                      : code == nb::dlpack::dtype_code::Int    ? "int"
                      : code == nb::dlpack::dtype_code::UInt   ? "uint"
                      : code == nb::dlpack::dtype_code::Bool   ? "bool"
-                                                              : "code" + std::to_string(dt.code) + "_";
+                     : "code" + std::to_string(dt.code) + "_";
   std::string text = kind + std::to_string(dt.bits);
   if (dt.lanes != 1) text += "x" + std::to_string(dt.lanes);
   return text;

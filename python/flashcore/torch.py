@@ -157,7 +157,8 @@ def _forward(q, k, v, causal, softmax_scale, return_lse, in_bhsd, out_bhsd, back
 def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                        softmax_scale: Optional[float], return_lse: bool, layout: str,
                        backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out (like q, contiguous in `layout`) and lse [b, h, s_q] float32 (empty unless return_lse)."""
+    """out (like q, contiguous in `layout`) and lse [b, h, s_q] float32 (empty unless
+    return_lse)."""
     bhsd = layout == "bhsd"
     out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend)
     if lse is None:

@@ -25,7 +25,8 @@ inline float bf16_to_float(uint16_t bits) { return bits_float(static_cast<uint32
 
 inline uint16_t float_to_bf16(float value) {
   uint32_t bits = float_bits(value);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  // NaN: keep the payload's top bits and set the quiet bit.
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
   // Round to nearest even on the dropped 16 bits; an overflow correctly carries into infinity.
   uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
@@ -49,7 +50,8 @@ inline uint16_t float_to_fp16(float value) {
   uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   uint32_t abs_bits = bits & 0x7fffffffu;
   if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  // Rounds to >= 65520, past the largest half (65504): infinity.
+  if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
   if (abs_bits < 0x38800000u) {
     // Below the smallest normal (2^-14): subnormal result, integer units of 2^-24.
     if (abs_bits < 0x33000000u) return sign;  // < 2^-25 rounds to zero
