@@ -9,6 +9,7 @@
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
 //                      [--schedule plain|overlap|persistent] [--sweep] [--variants a,b,!c] [--list]
 //                      [--seqlen N (timing shapes of that seqlen only)]
+//                      [--dtype fp16 (the bf16 timing shapes in fp16; table variants only)]
 //                      [--trace DIR (a -DFLASHCORE_SM90_TRACE build: timelines, trace.cuh)]
 // --variants picks table and sweep variants by name prefix ('!x' drops names containing x);
 // --list prints every variant name.
@@ -456,6 +457,7 @@ bool selected(const std::string& name, const std::string& list) {
 int main(int argc, char** argv) {
   bool timing = true, checking = true, sweep = false;
   int only_hd = 0, only_seqlen = 0;
+  bool timing_fp16 = false;
   std::string only_schedule, variant_list, trace_dir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
@@ -466,6 +468,14 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variant_list = argv[++i];
     if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc) only_seqlen = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
+    if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) {
+      const std::string dtype = argv[++i];
+      if (dtype != "fp16" && dtype != "bf16") {
+        std::printf("--dtype expects fp16 or bf16, got '%s'\n", dtype.c_str());
+        return 2;
+      }
+      timing_fp16 = dtype == "fp16";
+    }
   }
 #ifndef FLASHCORE_SM90_TRACE
   if (!trace_dir.empty()) {
@@ -519,8 +529,9 @@ int main(int argc, char** argv) {
   }
   if (timing) {
     // One set of inputs per shape, shared by every variant that takes it.
-    for (const ProblemShape& shape : timing_shapes()) {
+    for (ProblemShape shape : timing_shapes()) {
       if (only_seqlen && shape.seqlen_q != only_seqlen) continue;
+      if (timing_fp16) shape.dtype = DType::kFloat16;
       std::vector<const Variant*> takers;
       for (size_t i = 0; i < variants.size(); ++i)
         if (variant_ok[i] && variant_takes(variants[i], shape, only_hd))

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Clock, power and throttle reasons while one attention kernel runs back to back.
+
+Question it answers: when FlashCore's fp16 kernel runs slower than its bf16 twin (same SASS but
+the wgmma type, see docs/kernels.md), is the card holding a lower SM clock (power cap) or is
+the kernel itself slower at the same clock? Each (shape, dtype, implementation) runs for
+--seconds without pause while `nvidia-smi -lms` samples the SM clock, the board power and the
+active clock-event reasons; the samples of the segment's second half are summarized.
+
+  PYTHONPATH=build/python python3 dev/sm90/power_probe.py --seconds 2 --out probe.json
+
+Reads the card's state only; never changes clocks, power limits or modes.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashcore
+
+FIELDS = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+SAMPLE_MS = 20
+# (head_dim, causal, seqlen): the standard grid's batch 16384 / seqlen and heads 2048 / head_dim.
+SHAPES = [(128, False, 4096), (256, False, 4096), (64, False, 4096), (128, True, 4096)]
+
+
+class Sampler:
+    """nvidia-smi in the background, each line stamped with the host clock on arrival."""
+
+    def __init__(self):
+        self.samples = []
+        self.proc = subprocess.Popen(
+            ["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits",
+             f"-lms={SAMPLE_MS}"], stdout=subprocess.PIPE, text=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            parts = [x.strip() for x in line.split(",")]
+            try:
+                self.samples.append((time.time(), float(parts[0]), float(parts[1]),
+                                     float(parts[2]), parts[3]))
+            except (ValueError, IndexError):
+                pass
+
+    def between(self, begin, end):
+        return [s for s in self.samples if begin <= s[0] <= end]
+
+    def stop(self):
+        self.proc.terminate()
+
+
+def runners(q, k, v, causal):
+    yield "flashcore", lambda: flashcore.attention(q, k, v, causal=causal)
+    views = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                          ("fa2", SDPBackend.FLASH_ATTENTION)):
+        def run(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(*views, is_causal=causal)
+        yield name, run
+
+
+def segment(fn, seconds, sampler, flops):
+    """Runs fn back to back for about `seconds`: a first half to reach the steady clock and
+    power, then a timed second half whose nvidia-smi samples are summarized."""
+    fn()
+    torch.cuda.synchronize()
+    begin = time.time()
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    runs_per_half = max(4, int(seconds / 2 / ((time.time() - begin) / 3)))
+    for _ in range(runs_per_half):
+        fn()
+    torch.cuda.synchronize()
+    half = time.time()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs_per_half):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    samples = sampler.between(half, time.time())
+    reasons = [s[4] for s in samples]
+    return {
+        "tflops": flops * runs_per_half / (start.elapsed_time(stop) * 1e-3) * 1e-12,
+        "sm_mhz": statistics.median(s[1] for s in samples) if samples else None,
+        "sm_mhz_min": min(s[1] for s in samples) if samples else None,
+        "power_w": statistics.median(s[2] for s in samples) if samples else None,
+        "temp_c": max(s[3] for s in samples) if samples else None,
+        "reasons": max(set(reasons), key=reasons.count) if reasons else None,
+        "samples": len(samples),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--out", default="power_probe.json")
+    args = parser.parse_args()
+    sampler = Sampler()
+    time.sleep(0.5)
+    records = []
+    for head_dim, causal, seqlen in SHAPES:
+        batch, heads = 16384 // seqlen, 2048 // head_dim
+        flops = 4.0 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
+        for dtype in (torch.bfloat16, torch.float16):
+            q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=dtype)
+                       for _ in range(3))
+            for name, fn in runners(q, k, v, causal):
+                result = segment(fn, args.seconds, sampler, flops)
+                result.update(impl=name, dtype=str(dtype).split(".")[-1], head_dim=head_dim,
+                              causal=causal, seqlen=seqlen)
+                records.append(result)
+                print(f"d{head_dim} {'c ' if causal else 'nc'} {seqlen:5} {result['dtype']:8} "
+                      f"{name:9} {result['tflops']:6.1f} TFLOPS  SM {result['sm_mhz']} MHz "
+                      f"(min {result['sm_mhz_min']})  {result['power_w']} W  "
+                      f"{result['temp_c']} C  reasons {result['reasons']}  "
+                      f"n={result['samples']}", flush=True)
+    sampler.stop()
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
