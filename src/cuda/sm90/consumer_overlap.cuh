@@ -106,9 +106,9 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
-  // Lazy rescaling (softmax.cuh), with the dtype's allowance above the stale max.
-  constexpr int kStaleMaxLog2 = Config::kLazyRescale ? sm90_stale_max_log2<kDType>() : 0;
-  constexpr bool kLazy = kStaleMaxLog2 > 0;
+  // Lazy rescaling (softmax.cuh); fp16 takes the first two tiles' max exactly.
+  constexpr bool kLazy = Config::kLazyRescale;
+  constexpr bool kExactSecondMax = sm90_exact_second_max<kDType>();
   // Whether O needs this step's correction: lazily only if a row of this warp moved its max;
   // otherwise always, as the multiplies cost less than the vote.
   bool rescale = !kLazy;
@@ -167,7 +167,9 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
-      const bool moved = softmax.update<kStaleMaxLog2>(s, scale_log2, correction);
+      const float allowance =
+          !kLazy || (kExactSecondMax && step == 1) ? 0.0f : kStaleMaxLog2;
+      const bool moved = softmax.update(s, scale_log2, correction, allowance);
       if (kLazy) rescale = __any_sync(0xffffffff, moved);
       sm90_trace(Sm90Event::kSoftmaxDone);
 
