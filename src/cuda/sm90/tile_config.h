@@ -217,7 +217,8 @@ struct Sm90TileConfig {
   // Lazy rescaling of O (softmax.cuh). H100, A B A B against the eager kernel
   // (dev/sm90/results/2026-11-21-h100-lazy-rescale): d256 +0.6..+5.2% (128 multiplies per step
   // after the P V wait), d128 +0..+3%; d64 (three consumers at 160 registers, 32 multiplies)
-  // lost 3-7% at 2k-16k non-causal with it. bf16 only (consumer_overlap.cuh).
+  // lost 3-7% at 2k-16k non-causal with it. fp16 (with an exact second max, softmax.cuh): d128
+  // non-causal 2k / 4k +10% / +9%, d256 +4-10% (dev/sm90/results/2026-11-21-h100-fp16-lazy).
   static constexpr bool kLazyRescale = kHeadDim != 64;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
