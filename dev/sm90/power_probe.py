@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Clock, power and throttle reasons while one attention kernel runs back to back.
 
-Question it answers: when FlashCore's fp16 kernel runs slower than its bf16 twin (same SASS but
-the wgmma type, see docs/kernels.md), is the card holding a lower SM clock (power cap) or is
-the kernel itself slower at the same clock? Each (shape, dtype, implementation) runs for
---seconds without pause while `nvidia-smi -lms` samples the SM clock, the board power and the
-active clock-event reasons; the samples of the segment's second half are summarized.
+Question it answers: when one kernel runs slower than another (fp16 against bf16, ours against
+cuDNN), is the card holding a lower SM clock (the power cap) or is the kernel slower at the same
+clock? And do the short-burst grid figures hold under sustained load (docs/kernels.md, run 50)?
+Each (shape, dtype, implementation) runs for --seconds without pause while `nvidia-smi -lms`
+samples the SM clock, the board power and the active clock-event reasons; the samples of the
+segment's second half are summarized, beside the TFLOPS of that half.
 
   PYTHONPATH=build/python python3 dev/sm90/power_probe.py --seconds 2 --out probe.json
 
