@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "api/kernel_registry.h"
+#include "cuda/sm90/tile_config.h"
 #include "gpu_runner.h"
 
 namespace flashcore::test {
@@ -202,6 +203,42 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend,
                          [](const ::testing::TestParamInfo<BackendDtype>& info) {
                            return std::string(to_string(std::get<0>(info.param))) + "_" +
                                   to_string(std::get<1>(info.param));
+                         });
+
+// --- sm90: a one-key last tile in every row of the tile table ---
+
+// A consumer takes its KV tiles last first, so with seqlen_k = m x BLOCK_N + 1 its first tile
+// holds one key: the max that tile sets says little about the row. The lazy O rescale
+// (cuda/sm90/softmax.cuh) then meets its worst case, which failed the accuracy rule for fp16
+// before the second tile's max was taken exactly. One case per row of kSm90TileTable: the
+// shortest such length that the row serves (seqlen_q picks the row), causal or not as the row,
+// GQA 2:1.
+class GpuSm90TileRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90TileRows, OneKeyLastTileInEveryRow) {
+  const DType dtype = GetParam();
+  for (int head_dim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      int served_above = 0;  // the previous row serves seqlen_q up to this
+      for (int i = 0; i < detail::sm90_row_count(head_dim, causal); ++i) {
+        const detail::Sm90TileShape row = detail::sm90_tile_row(head_dim, causal, i);
+        // m x BLOCK_N + 1 > served_above with m >= 1: two tiles at least, the last with one key.
+        const int blocks = std::max(1, (served_above + row.block_n - 1) / row.block_n);
+        const int seqlen = blocks * row.block_n + 1;
+        served_above = row.max_seqlen_q;
+        testing::ProblemShape s = make_shape(seqlen, seqlen, 2, 1, causal);
+        s.dtype = dtype, s.head_dim = head_dim;
+        SCOPED_TRACE(s.describe() + " (BLOCK_N " + std::to_string(row.block_n) + ")");
+        run_and_check(s, Layout::kBSHD, 1.0f, Backend::kSM90);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90TileRows,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(to_string(info.param));
                          });
 
 // --- caller-provided workspace (AttentionArgs::workspace) ---
