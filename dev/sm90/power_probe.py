@@ -13,7 +13,9 @@ segment's second half are summarized, beside the TFLOPS of that half.
 Reads the card's state only; never changes clocks, power limits or modes.
 """
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -21,13 +23,21 @@ import threading
 import time
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashcore
 
+# The implementations bench/compare.py puts side by side, called the same way here.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import compare_runner  # noqa: E402
+
 FIELDS = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
+# nvidia-smi's sampling period: 50 samples a second, several per second-half of a 2 s segment
+# even for the slowest configs (~3 ms a call).
 SAMPLE_MS = 20
+# How long nvidia-smi needs to print its first sample after it starts.
+SAMPLER_START_S = 0.5
+# Calls timed once to size a segment's halves (one call alone is too noisy to size them).
+SIZING_CALLS = 3
 # (head_dim, causal, seqlen): the standard grid's batch 16384 / seqlen and heads 2048 / head_dim.
 SHAPES = [(128, False, 4096), (256, False, 4096), (64, False, 4096), (128, True, 4096)]
 
@@ -59,15 +69,9 @@ class Sampler:
         self.proc.terminate()
 
 
-def runners(q, k, v, causal):
-    yield "flashcore", lambda: flashcore.attention(q, k, v, causal=causal)
-    views = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
-                          ("fa2", SDPBackend.FLASH_ATTENTION)):
-        def run(backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(*views, is_causal=causal)
-        yield name, run
+def implementations():
+    return [compare_runner.FlashCoreImpl(flashcore, None), compare_runner.SdpaImpl("cudnn"),
+            compare_runner.SdpaImpl("fa2")]
 
 
 def segment(fn, seconds, sampler, flops):
@@ -76,10 +80,11 @@ def segment(fn, seconds, sampler, flops):
     fn()
     torch.cuda.synchronize()
     begin = time.time()
-    for _ in range(3):
+    for _ in range(SIZING_CALLS):
         fn()
     torch.cuda.synchronize()
-    runs_per_half = max(4, int(seconds / 2 / ((time.time() - begin) / 3)))
+    seconds_per_call = (time.time() - begin) / SIZING_CALLS
+    runs_per_half = max(SIZING_CALLS, int(seconds / 2 / seconds_per_call))
     for _ in range(runs_per_half):
         fn()
     torch.cuda.synchronize()
@@ -109,7 +114,7 @@ def main():
     parser.add_argument("--out", default="power_probe.json")
     args = parser.parse_args()
     sampler = Sampler()
-    time.sleep(0.5)
+    time.sleep(SAMPLER_START_S)
     records = []
     for head_dim, causal, seqlen in SHAPES:
         batch, heads = 16384 // seqlen, 2048 // head_dim
@@ -117,13 +122,15 @@ def main():
         for dtype in (torch.bfloat16, torch.float16):
             q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=dtype)
                        for _ in range(3))
-            for name, fn in runners(q, k, v, causal):
-                result = segment(fn, args.seconds, sampler, flops)
-                result.update(impl=name, dtype=str(dtype).split(".")[-1], head_dim=head_dim,
+            for impl in implementations():
+                context = impl.context() if hasattr(impl, "context") else contextlib.nullcontext()
+                with context:
+                    result = segment(impl.runner(q, k, v, causal), args.seconds, sampler, flops)
+                result.update(impl=impl.name, dtype=str(dtype).split(".")[-1], head_dim=head_dim,
                               causal=causal, seqlen=seqlen)
                 records.append(result)
                 print(f"d{head_dim} {'c ' if causal else 'nc'} {seqlen:5} {result['dtype']:8} "
-                      f"{name:9} {result['tflops']:6.1f} TFLOPS  SM {result['sm_mhz']} MHz "
+                      f"{impl.name:9} {result['tflops']:6.1f} TFLOPS  SM {result['sm_mhz']} MHz "
                       f"(min {result['sm_mhz_min']})  {result['power_w']} W  "
                       f"{result['temp_c']} C  reasons {result['reasons']}  "
                       f"n={result['samples']}", flush=True)

@@ -168,7 +168,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
                      rows.col_limit[1]);
       }
       const float allowance =
-          !kLazy || (kExactSecondMax && step == 1) ? 0.0f : kStaleMaxLog2;
+          (!kLazy || (kExactSecondMax && step == 1)) ? 0.0f : kStaleMaxLog2;
       const bool moved = softmax.update(s, scale_log2, correction, allowance);
       if (kLazy) rescale = __any_sync(0xffffffff, moved);
       sm90_trace(Sm90Event::kSoftmaxDone);
