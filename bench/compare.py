@@ -5,7 +5,8 @@ For each config of a grid: q, k, v are drawn once (torch.randn, std 1, BSHD) and
 implementation runs on those same tensors in this one process: flashcore.attention (one column
 per --compare-backends entry), SDPA with CUDNN_ATTENTION and with FLASH_ATTENTION. Each gets a
 checked run (BENCHMARKS.md rule against a float64 reference on sampled query rows of batch
-element 0; flashcore's output NaN-poisoned first), then warm-up and CUDA-event timing (median).
+element 0; flashcore's output NaN-poisoned first), then warm-up and CUDA-event timing (median),
+the implementations taking turns in interleaved rounds so they see the same clocks.
 Writes compare.json and compare.md to --out and prints the markdown table last.
 
   python3 bench/compare.py --grid standard --out results/run1
@@ -49,6 +50,9 @@ def parse_args(argv):
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
     p.add_argument("--iters", type=int, help="timed runs per implementation (GPU 30, CPU 3)")
     p.add_argument("--warmup", type=int, help="untimed runs before timing (GPU 5, CPU 1)")
+    p.add_argument("--rounds", type=int,
+                   help="interleaved timing rounds: every implementation runs iters / rounds "
+                        "timed runs per round, in turn (GPU 3, CPU 1)")
     p.add_argument("--budget-s", type=float, default=3.0,
                    help="cap on timing seconds per implementation and config (min 5 runs)")
     p.add_argument("--check-rows", type=int, default=64, help="query rows of batch 0 checked")
@@ -58,6 +62,9 @@ def parse_args(argv):
     p.add_argument("--list", action="store_true", help="print the configs and exit (no torch)")
     p.add_argument("--force", action="store_true", help="run large configs on the CPU anyway")
     args = p.parse_args(argv)
+    for name in ("iters", "rounds"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     dtypes = args.dtypes.split(",") if args.dtypes else None
     if dtypes and not set(dtypes) <= set(compare_grids.DTYPES):
         p.error(f"--dtypes expects bf16 and/or fp16, got {args.dtypes!r}")
@@ -120,8 +127,9 @@ def run_config(config, seed, args, settings, device, on_gpu, impls, record):
                                        args.check_rows)
     record.update(baseline_err_out=checker.baseline_err_out, tol_out=checker.tol_out,
                   baseline_err_lse=checker.baseline_err_lse, tol_lse=checker.tol_lse)
+    results = compare_runner.run_impls(impls, q, k, v, config.causal, checker, settings, on_gpu)
     for impl in impls:
-        result = compare_runner.run_impl(impl, q, k, v, config.causal, checker, settings, on_gpu)
+        result = results[impl.name]
         if "median_ms" in result:
             result["tflops"] = config.flops() / (result["median_ms"] * 1e-3) / 1e12
         record["results"][impl.name] = result
@@ -148,7 +156,8 @@ def main(argv):
     settings = argparse.Namespace(iters=args.iters or (30 if on_gpu else 3),
                                   warmup=args.warmup if args.warmup is not None
                                   else (5 if on_gpu else 1),
-                                  budget_s=args.budget_s)
+                                  budget_s=args.budget_s,
+                                  rounds=args.rounds or (3 if on_gpu else 1))
     module, import_error = import_flashcore()
     if import_error:
         print(f"warning: flashcore not importable ({import_error}); its columns will be n/a",
@@ -165,7 +174,8 @@ def main(argv):
             "cudnn": torch.backends.cudnn.version() if on_gpu else None,
             "flashcore": getattr(module, "__version__", None), "flashcore_import_error":
             import_error, "grid": args.grid, "argv": argv, "iters": settings.iters,
-            "warmup": settings.warmup, "budget_s": settings.budget_s,
+            "warmup": settings.warmup, "rounds": settings.rounds,
+            "budget_s": settings.budget_s,
             "check_rows": args.check_rows, "seed": args.seed,
             "layouts": {"flashcore": "BSHD contiguous", "sdpa": "BHSD views (transpose(1, 2)) "
                         "of the same BSHD tensors, no copy"}}

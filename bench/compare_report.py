@@ -30,13 +30,19 @@ def add_ratios(record, flashcore_names):
                         for fc in flashcore_names for base in ("cudnn", "fa2")}
 
 
+def _rounds_note(meta):
+    rounds = meta.get("rounds", 1)
+    return f" in {rounds} interleaved rounds" if rounds > 1 else ""
+
+
 def markdown(meta, records, flashcore_names):
     """The table: TFLOPS per implementation, ratios to cuDNN and FA2, flashcore's accuracy."""
     lines = [f"### flashcore vs torch SDPA: {meta['device']}",
              "",
              f"commit {meta['commit']}, {meta['date']}, torch {meta['torch']}, "
              f"cuDNN {meta['cudnn']}, grid `{meta['grid']}`, TFLOPS = 4*b*hq*sq*sk*d/t "
-             f"(halved when causal), median of up to {meta['iters']} runs.",
+             f"(halved when causal), median of up to {meta['iters']} runs"
+             f"{_rounds_note(meta)}.",
              ""]
     ceilings = meta.get("ceilings") or {}
     if ceilings:

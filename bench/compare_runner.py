@@ -1,4 +1,5 @@
 """Timing and the implementations bench/compare.py puts side by side on the same inputs."""
+import contextlib
 import statistics
 import time
 
@@ -23,30 +24,84 @@ def _one_run_ms(fn, on_gpu):
     return (time.perf_counter() - begin) * 1e3
 
 
-def time_runs(fn, warmup, iters, budget_s, on_gpu):
-    """Median and min milliseconds of `fn` after `warmup` runs.
+def _gpu_runs_ms(fn, runs):
+    """`runs` calls queued back to back, each between its own pair of CUDA events, synchronized
+    once at the end (so host launch overhead hides behind the previous run, as in a model)."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    stops = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for start, stop in zip(starts, stops):
+        start.record()
+        fn()
+        stop.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(stop) for start, stop in zip(starts, stops)]
 
-    GPU: all timed runs are queued back to back, each between its own pair of CUDA events, and
-    synchronized once at the end (so host launch overhead hides behind the previous run, as in
-    a real model). CPU: host clock per run. The number of runs is cut, to no fewer than
-    min(iters, 5), when iters runs would take more than `budget_s` seconds, so a slow early
-    kernel cannot stall the whole grid; the JSON records how many ran."""
+
+def _runs_ms(fn, runs, on_gpu):
+    return _gpu_runs_ms(fn, runs) if on_gpu else [_one_run_ms(fn, False) for _ in range(runs)]
+
+
+def _run_count(fn, iters, budget_s, on_gpu):
+    """iters, cut to no fewer than min(iters, 5) when iters runs would take more than budget_s
+    seconds (one untimed-for-the-median run measures a run), so a slow kernel cannot stall a
+    whole grid."""
+    estimate_ms = max(_one_run_ms(fn, on_gpu), 1e-3)
+    return int(max(min(iters, 5), min(iters, budget_s * 1e3 / estimate_ms)))
+
+
+def _summary(times):
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "iters": len(times)}
+
+
+def time_runs(fn, warmup, iters, budget_s, on_gpu):
+    """Median and min milliseconds of `fn` after `warmup` runs, all runs in one block (GPU: CUDA
+    events, one synchronize at the end; CPU: host clock per run). The JSON records how many
+    ran."""
     for _ in range(warmup):
         fn()
-    estimate_ms = max(_one_run_ms(fn, on_gpu), 1e-3)
-    runs = int(max(min(iters, 5), min(iters, budget_s * 1e3 / estimate_ms)))
-    if on_gpu:
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-        stops = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-        for start, stop in zip(starts, stops):
-            start.record()
-            fn()
-            stop.record()
-        torch.cuda.synchronize()
-        times = [start.elapsed_time(stop) for start, stop in zip(starts, stops)]
-    else:
-        times = [_one_run_ms(fn, False) for _ in range(runs)]
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "iters": len(times)}
+    return _summary(_runs_ms(fn, _run_count(fn, iters, budget_s, on_gpu), on_gpu))
+
+
+# Untimed runs at the start of every round, so that the timed ones start from the
+# implementation's own steady state and not from the tail of the one before it (its output in
+# the L2, its kernels still draining).
+ROUND_WARMUP = 2
+
+
+def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
+    """Times several implementations on the same inputs in `rounds` interleaved rounds (A B C
+    A B C ...), each round a block of about iters / rounds runs per implementation.
+
+    Under sustained load an H100 sits at its 700 W cap and its SM clock wanders between 1400
+    and 1800 MHz (dev/sm90/power_probe.py), so one block per implementation after another gives
+    each whatever clock the card had then: single configs' ratios moved by up to 10% between
+    passes of the same grid. Interleaving gives every implementation the same mix of clocks.
+    `timed` is a list of (name, fn, make_context or None), make_context returning a fresh
+    context manager to run fn under (SDPA's backend choice); returns {name: timing dict, or
+    {"error": reason} if it raised while timed}."""
+    plans, results = {}, {}
+    for name, fn, make_context in timed:
+        try:
+            with make_context() if make_context else contextlib.nullcontext():
+                for _ in range(warmup):
+                    fn()
+                runs = _run_count(fn, iters, budget_s, on_gpu)
+            plans[name] = (fn, make_context, -(-runs // rounds), [])
+        except Exception as error:  # timed like the checked run, so rare: out of memory, ...
+            results[name] = {"error": short_reason(error)}
+    for _ in range(rounds):
+        for name, (fn, make_context, per_round, times) in list(plans.items()):
+            try:
+                with make_context() if make_context else contextlib.nullcontext():
+                    for _ in range(ROUND_WARMUP):
+                        fn()
+                    times += _runs_ms(fn, per_round, on_gpu)
+            except Exception as error:
+                results[name] = {"error": short_reason(error)}
+                del plans[name]
+    for name, (_, _, _, times) in plans.items():
+        results[name] = {**_summary(times), "rounds": rounds}
+    return results
 
 
 def short_reason(error):
@@ -116,8 +171,9 @@ class SdpaImpl:
         return sdpa_kernel(self.backend)
 
 
-def run_impl(impl, q, k, v, causal, checker, settings, on_gpu):
-    """Checked run, then timing. Returns a result dict; never raises for the impl's failures."""
+def check_impl(impl, q, k, v, causal, checker, on_gpu):
+    """The checked run. Returns (result dict, (name, fn, context) to time or None); never raises
+    for the impl's failures, which the result records as n/a with the reason."""
     result = {"name": impl.name, "layout": impl.layout}
     try:
         out, lse = impl.checked_output(q, k, v, causal)
@@ -125,15 +181,9 @@ def run_impl(impl, q, k, v, causal, checker, settings, on_gpu):
             torch.cuda.synchronize()
         result.update(checker.check(out, lse))
         del out, lse
-        fn = impl.runner(q, k, v, causal)
-        context = impl.context() if hasattr(impl, "context") else None
-        if context is not None:
-            with context:
-                timing = time_runs(fn, settings.warmup, settings.iters, settings.budget_s, on_gpu)
-        else:
-            timing = time_runs(fn, settings.warmup, settings.iters, settings.budget_s, on_gpu)
-        result.update(timing)
+        timed = (impl.name, impl.runner(q, k, v, causal), getattr(impl, "context", None))
         result["status"] = "ok" if result["pass"] else "FAIL"
+        return result, timed
     except Unavailable as error:
         result.update(status="n/a", reason=str(error))
     except Exception as error:  # a backend refusing a config, OOM, a flashcore.Error, ...
@@ -143,4 +193,22 @@ def run_impl(impl, q, k, v, causal, checker, settings, on_gpu):
                 torch.cuda.synchronize()
             except Exception as sync_error:  # a sticky CUDA error poisons the whole process
                 result["reason"] += f"; device now unusable: {short_reason(sync_error)}"
-    return result
+    return result, None
+
+
+def run_impls(impls, q, k, v, causal, checker, settings, on_gpu):
+    """Every impl checked on the same inputs, then the ones that ran timed side by side in
+    settings.rounds interleaved rounds. Returns {name: result dict}."""
+    results, timed = {}, []
+    for impl in impls:
+        results[impl.name], to_time = check_impl(impl, q, k, v, causal, checker, on_gpu)
+        if to_time is not None:
+            timed.append(to_time)
+    timings = time_interleaved(timed, settings.warmup, settings.iters, settings.budget_s,
+                               settings.rounds, on_gpu)
+    for name, timing in timings.items():
+        if "error" in timing:
+            results[name].update(status="n/a", reason="timing: " + timing["error"])
+        else:
+            results[name].update(timing)
+    return results

@@ -1,0 +1,60 @@
+"""bench/compare_runner.py's interleaved timing: implementations take turns round by round, each
+runs its share of the timed runs, and one that raises is reported without stopping the others.
+Runs on the CPU path (host clock), so it needs torch but no GPU."""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (CPU CI has no torch)")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import compare_runner  # noqa: E402
+
+
+def recorder(log, name):
+    return lambda: log.append(name)
+
+
+def test_rounds_alternate_between_implementations():
+    log = []
+    timed = [("a", recorder(log, "a"), None), ("b", recorder(log, "b"), None)]
+    results = compare_runner.time_interleaved(timed, warmup=1, iters=6, budget_s=10.0, rounds=3,
+                                              on_gpu=False)
+    assert results["a"]["iters"] == 6 and results["b"]["iters"] == 6
+    assert results["a"]["rounds"] == 3
+    # Per implementation before the rounds: 1 warm-up + 1 run to size the rounds. Each round:
+    # ROUND_WARMUP untimed runs, then 6 / 3 timed runs.
+    per_round = compare_runner.ROUND_WARMUP + 2
+    rounds = log[4:]
+    assert log[:4] == ["a", "a", "b", "b"]
+    assert rounds == (["a"] * per_round + ["b"] * per_round) * 3
+
+
+def test_run_count_rounds_up_to_whole_rounds():
+    results = compare_runner.time_interleaved([("a", lambda: None, None)], warmup=0, iters=7,
+                                              budget_s=10.0, rounds=3, on_gpu=False)
+    assert results["a"]["iters"] == 9  # 3 rounds of ceil(7 / 3)
+
+
+def test_a_failing_implementation_is_reported_and_the_others_still_timed():
+    calls = {"n": 0}
+
+    def fails_in_second_round():
+        calls["n"] += 1
+        if calls["n"] > 2 + compare_runner.ROUND_WARMUP + 2:  # set-up runs + one round
+            raise RuntimeError("out of memory\nmore detail")
+
+    timed = [("flaky", fails_in_second_round, None), ("steady", lambda: None, None)]
+    results = compare_runner.time_interleaved(timed, warmup=1, iters=6, budget_s=10.0,
+                                              rounds=3, on_gpu=False)
+    assert results["flaky"] == {"error": "RuntimeError: out of memory"}
+    assert results["steady"]["iters"] == 6
+
+
+def test_sdpa_backend_context_is_entered_afresh_every_round():
+    q = torch.randn(1, 16, 2, 32)
+    impl = compare_runner.SdpaImpl("math")
+    timed = [("math", impl.runner(q, q, q, False), impl.context)]
+    results = compare_runner.time_interleaved(timed, warmup=1, iters=4, budget_s=10.0, rounds=2,
+                                              on_gpu=False)
+    assert "error" not in results["math"] and results["math"]["iters"] == 4
