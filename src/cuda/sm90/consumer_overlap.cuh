@@ -106,9 +106,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
-  // Lazy rescaling (softmax.cuh); fp16 takes the first two tiles' max exactly.
+  // Lazy rescaling (softmax.cuh), the first two tiles' max taken exactly.
   constexpr bool kLazy = Config::kLazyRescale;
-  constexpr bool kExactSecondMax = sm90_exact_second_max<kDType>();
   // Whether O needs this step's correction: lazily only if a row of this warp moved its max;
   // otherwise always, as the multiplies cost less than the vote.
   bool rescale = !kLazy;
@@ -167,8 +166,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
-      const float allowance =
-          (!kLazy || (kExactSecondMax && step == 1)) ? 0.0f : kStaleMaxLog2;
+      const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
       const bool moved = softmax.update(s, scale_log2, correction, allowance);
       if (kLazy) rescale = __any_sync(0xffffffff, moved);
       sm90_trace(Sm90Event::kSoftmaxDone);

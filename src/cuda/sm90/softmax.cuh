@@ -51,19 +51,15 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
 // Probabilities then reach at most 2^8, far from fp32 overflow, and finalize() uses the same
 // max. Not free in precision: rounded to 16 bits, P above 1 carries more error into O than P
 // just below 1, where the eager max puts the largest term (exactly 1).
-// - bf16: grid errors rose 4-7% on the mean, inside the accuracy rule with their margin.
-// - fp16 failed the rule in one GPU test with it (d128, 257 keys: err 1.10x its tolerance, the
-//   eager update 0.42x). A consumer takes the KV tiles last first, and the last tile can hold
-//   a single key (257 = 2 x 128 + 1; also the causal diagonal's first rows): the max it sets
-//   says little about the row, and the second tile's probabilities reach 2^8. So fp16 takes
-//   the second tile's max exactly too (sm90_exact_second_max): its worst GPU test case is then
-//   the eager one (0.56x), at the same speed (check_sm90 on the H100: 0.98-1.03x, mean 0.996).
+// - bf16 grid errors rose 4-7% on the mean with it, inside the accuracy rule with their margin.
+// - A consumer takes the KV tiles last first, and the last tile can hold a single key
+//   (257 = 2 x 128 + 1; also the causal diagonal's first rows): the max it sets says little
+//   about the row, and the second tile's probabilities then reach 2^8. With a lazy max from
+//   the second tile on, fp16 failed the rule in one GPU test (d128, 257 keys: err 1.10x its
+//   tolerance, eager 0.42x). So the second tile's max is exact too (allowance 0 at step 1):
+//   fp16's worst GPU test case is then the eager one (0.56x). Speed: fp16 0.996x, bf16 1.001x
+//   of the lazy second tile (check_sm90 on the H100, 41 shapes).
 constexpr float kStaleMaxLog2 = 8.0f;
-
-template <DType kDType>
-constexpr bool sm90_exact_second_max() {
-  return kDType == DType::kFloat16;
-}
 
 struct OnlineSoftmaxRows {
   float row_max[2] = {kNegInfinity, kNegInfinity};
