@@ -76,6 +76,10 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
     and 1800 MHz (dev/sm90/power_probe.py), so one block per implementation after another gives
     each whatever clock the card had then: single configs' ratios moved by up to 10% between
     passes of the same grid. Interleaving gives every implementation the same mix of clocks.
+    The order rotates from round to round (A B C, B C A, C A B): the clock follows the power
+    drawn over the last few milliseconds, so whoever runs right after a light kernel (FA2) or
+    after the idle gap between configs starts faster; with as many rounds as implementations,
+    each takes every place once.
     `timed` is a list of (name, fn, make_context or None), make_context returning a fresh
     context manager to run fn under (SDPA's backend choice); returns {name: timing dict, or
     {"error": reason} if it raised while timed}."""
@@ -89,8 +93,11 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
             plans[name] = (fn, make_context, -(-runs // rounds), [])
         except Exception as error:  # timed like the checked run, so rare: out of memory, ...
             results[name] = {"error": short_reason(error)}
-    for _ in range(rounds):
-        for name, (fn, make_context, per_round, times) in list(plans.items()):
+    for round_index in range(rounds):
+        names = list(plans)
+        start = round_index % len(names) if names else 0
+        for name in names[start:] + names[:start]:
+            fn, make_context, per_round, times = plans[name]
             try:
                 with make_context() if make_context else contextlib.nullcontext():
                     for _ in range(ROUND_WARMUP):

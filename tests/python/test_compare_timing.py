@@ -15,19 +15,20 @@ def recorder(log, name):
     return lambda: log.append(name)
 
 
-def test_rounds_alternate_between_implementations():
+def test_rounds_take_turns_in_a_rotating_order():
     log = []
-    timed = [("a", recorder(log, "a"), None), ("b", recorder(log, "b"), None)]
+    timed = [(name, recorder(log, name), None) for name in ("a", "b", "c")]
     results = compare_runner.time_interleaved(timed, warmup=1, iters=6, budget_s=10.0, rounds=3,
                                               on_gpu=False)
-    assert results["a"]["iters"] == 6 and results["b"]["iters"] == 6
+    assert all(results[name]["iters"] == 6 for name in "abc")
     assert results["a"]["rounds"] == 3
     # Per implementation before the rounds: 1 warm-up + 1 run to size the rounds. Each round:
-    # ROUND_WARMUP untimed runs, then 6 / 3 timed runs.
+    # ROUND_WARMUP untimed runs, then 6 / 3 timed runs, the order starting one later each round.
+    assert log[:6] == ["a", "a", "b", "b", "c", "c"]
     per_round = compare_runner.ROUND_WARMUP + 2
-    rounds = log[4:]
-    assert log[:4] == ["a", "a", "b", "b"]
-    assert rounds == (["a"] * per_round + ["b"] * per_round) * 3
+    blocks = [log[i] for i in range(6, len(log), per_round)]
+    assert len(log) == 6 + 9 * per_round
+    assert blocks == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
 
 
 def test_run_count_rounds_up_to_whole_rounds():
