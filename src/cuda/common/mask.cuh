@@ -32,6 +32,8 @@ struct MaskPolicy {
         causal_offset(params.causal_offset(batch_index)) {}
 
   // KV tiles of block_n columns visited by the query rows [m_begin, m_begin + block_m).
+  // m_begin < 0 (an sm90 causal partial block): rows before 0 do not exist; first_masked is
+  // then 0, which masks more tiles than needed, never fewer.
   FC_HOST_DEVICE KvTileRange kv_tiles(int m_begin, int block_m, int block_n) const {
     KvTileRange range;
     int key_end = seqlen_k;  // one past the last column any row of the tile may see

@@ -200,13 +200,13 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   sm90_trace(Sm90Event::kEpilogueDone);
 }
 
-// A consumer whose 64 query rows all lie past seqlen_q (the last m-block of a sequence that is not
-// a multiple of BLOCK_M: 1k rows are 5 x 192 + 64 for d64, so two of the last tile's three
-// consumers have no row) computes nothing. It keeps every barrier wait and arrival and every
-// ping-pong turn of sm90_consume_overlapped in the same order, so the producer and the other
-// consumers see the same protocol, but issues no GEMM and no softmax: the live consumers' GEMMs
-// no longer queue behind its own. The epilogue stores nothing for it (no row < seqlen_q) and
-// hands its staging buffer back as usual.
+// A consumer whose 64 query rows all lie outside the sequence (the partial m-block of a length
+// that is not a multiple of BLOCK_M: 1k rows are 5 x 192 + 64 for d64, so two of that tile's
+// three consumers have no row; the last tile, or causal the first) computes nothing. It keeps
+// every barrier wait and arrival and every ping-pong turn of sm90_consume_overlapped in the same
+// order, so the producer and the other consumers see the same protocol, but issues no GEMM and
+// no softmax: the live consumers' GEMMs no longer queue behind its own. The epilogue stores
+// nothing for it (sm90_slab_has_rows) and hands its staging buffer back as usual.
 template <DType kDType, class Config, class Turns>
 __device__ __forceinline__ void sm90_pass_tile_overlapped(const Sm90SmemLayout<Config>& smem,
                                                           const CUtensorMap* map_o,

@@ -48,7 +48,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = slab_row_begin + row0 + 8 * r;
-      if (row < seqlen_q) params.lse[params.lse_offset(batch, head, row)] = lse[r];
+      if (row >= 0 && row < seqlen_q) params.lse[params.lse_offset(batch, head, row)] = lse[r];
     }
   }
 
@@ -69,7 +69,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   if (thread_in_warpgroup == 0) {
-    if (slab_row_begin < seqlen_q) {
+    if (sm90_slab_has_rows<Config>(slab_row_begin, seqlen_q)) {
 #pragma unroll
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
         tma_store_4d(map_o, o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes,

@@ -54,9 +54,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
 
   constexpr bool kPersistent = sm90_is_persistent(kSchedule);
   constexpr bool kClaimsTiles = sm90_claims_tiles(kSchedule, kCausal);
-  // A consumer whose 64 rows all lie past seqlen_q passes its turns without GEMMs
+  // A consumer whose 64 rows all lie outside the sequence passes its turns without GEMMs
   // (sm90_pass_tile_overlapped) in persistent CTAs of three consumers, where a power-of-two length
-  // always leaves a partial last block (2^k mod 192 is 64 or 128). H100, A B A B against f33dc83
+  // always leaves a partial block (2^k mod 192 is 64 or 128): the last one, or causal the first
+  // (sm90_block_row_begin). H100, A B A B against f33dc83
   // (dev/sm90/results/2026-11-21-h100-rowless-consumers): d64 non-causal 512 +4.4%, 1k +2.1%,
   // causal 2k +1.9%, 4k +2.5%. In every CTA the extra path cost d256 causal ~2% (its kernels
   // changed, not its work: 128-row tiles of the standard lengths have no rowless consumer) and
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // landed, so both roles walk the same sequence and their ring positions and Q phases stay in
   // step.
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
-  const Sm90TileOrder<Config> tile_order(params);
+  const Sm90TileOrder<Config, kCausal> tile_order(params);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
-            mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
+            mask.kv_tiles(tile.row_begin, Config::kBlockM, Config::kBlockN);
         sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, state);
         if (!kPersistent) break;
         index = kClaimsTiles ? sm90_claim_next_tile(tile_counters.get())
@@ -136,15 +137,17 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         if (tile.m_block < 0) break;
         tile.head = slot->head;
         tile.batch = slot->batch;
+        tile.row_begin = slot->row_begin;
       } else {
         tile = tile_order.tile(params, blockIdx.x);
       }
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
-          mask.kv_tiles(tile.m_block * Config::kBlockM, Config::kBlockM, Config::kBlockN);
+          mask.kv_tiles(tile.row_begin, Config::kBlockM, Config::kBlockN);
       if constexpr (sm90_is_overlapped(kSchedule)) {
         const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-        if (!kSkipsRowlessConsumers || slab_row_begin < params.seqlen_q_of(tile.batch)) {
+        if (!kSkipsRowlessConsumers ||
+            sm90_slab_has_rows<Config>(slab_row_begin, params.seqlen_q_of(tile.batch))) {
           sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
                                                            consumer, thread_in_warpgroup, state,
                                                            release, turns);

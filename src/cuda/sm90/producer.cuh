@@ -27,18 +27,23 @@ struct Sm90TensorMaps {
   const CUtensorMap* o;
 };
 
+// Q of every consumer's slab, but those wholly before row 0 (a causal first block,
+// sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
 template <class Config>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
                                             const Sm90TensorMaps& maps, const Sm90Tile& tile) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const int m_begin = tile.m_block * Config::kBlockM;
-  mbarrier_arrive_expect_tx(smem.q_full(), Config::kQBytes);
+  const int slabs_before_row_0 =
+      tile.row_begin < 0 ? -tile.row_begin / Config::kRowsPerConsumer : 0;
+  mbarrier_arrive_expect_tx(smem.q_full(),
+                            Config::kQBytes - slabs_before_row_0 * Config::kQSlabBytes);
 #pragma unroll
   for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
+    if (consumer < slabs_before_row_0) continue;
 #pragma unroll
     for (int block = 0; block < Config::kColumnBlocks; ++block) {
       tma_load_4d(smem.q_slab(consumer) + block * kBoxBytesQ, maps.q, smem.q_full(),
-                  block * Config::kBoxCols, m_begin + consumer * Config::kRowsPerConsumer,
+                  block * Config::kBoxCols, tile.row_begin + consumer * Config::kRowsPerConsumer,
                   tile.head, tile.batch);
     }
   }
