@@ -35,6 +35,7 @@ def test_run_count_rounds_up_to_whole_rounds():
     results = compare_runner.time_interleaved([("a", lambda: None, None)], warmup=0, iters=7,
                                               budget_s=10.0, rounds=3, on_gpu=False)
     assert results["a"]["iters"] == 9  # 3 rounds of ceil(7 / 3)
+    assert len(results["a"]["times_ms"]) == 9  # every run kept, in the order it ran
 
 
 def test_a_failing_implementation_is_reported_and_the_others_still_timed():
