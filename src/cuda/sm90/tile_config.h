@@ -82,7 +82,9 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // causal <= 1k: BLOCK_M 128 (two consumers): 208 / 289 at 512 / 1k vs 194 / 270 with 192
     // rows (41% / 33% of the QK^T work lies past the diagonal or in the row tail with 192 rows,
     // 20% / 11% with 128: 512 = 192 + 192 + 128), but 347 vs 385 at 2k (three consumers share
-    // each K/V tile).
+    // each K/V tile). With the partial block first (095ba5f, pipeline.cuh) three consumers read
+    // 335 vs 325 at 1k on the H100 and 229 vs 243 at 512: not switched, 1k would stay below
+    // cuDNN (dev/sm90/results/2026-11-21-h100-causal-first-block).
     {64, true, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
     // > 1k: 385 / 439 / 507 / 522 at 2k / 4k / 8k / 16k; overlap n128 s3 (the old > 4k row)
     // 360 / 427 / 503 / 522.
