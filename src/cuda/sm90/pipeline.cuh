@@ -17,39 +17,14 @@ struct Sm90Tile {
   int m_block;    // which BLOCK_M rows of the query sequence
   int head;       // query head
   int batch;
-  int row_begin;  // its first query row (sm90_block_row_begin); negative for a causal partial block
+  int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
 };
-
-// First query row of block `m_block`. Without a mask, block m starts at m x BLOCK_M. Under a
-// causal mask the blocks move up by whole 64-row slabs, as far as the length allows, so that
-// the partial block (seqlen_q not a multiple of BLOCK_M) is the first one, whose rows see the
-// fewest keys. Aligned to the start, the partial block was the last one and visited every KV
-// tile for a fraction of its rows: at 1k with BLOCK_M 192, 8 KV steps for 64 rows, against 1 step
-// at the top; over the blocks of a head, 32 KV steps against 27. The first block then starts at
-// a negative row, a multiple of 64: the slabs before row 0 are neither loaded nor stored (TMA
-// faults on a negative coordinate: an illegal instruction on the H100), and their consumers
-// have no row (sm90_slab_has_rows).
-template <class Config, bool kCausal>
-FC_HOST_DEVICE int sm90_block_row_begin(int m_block, int seqlen_q) {
-  const int partial = seqlen_q % Config::kBlockM;
-  const int empty_rows = partial != 0 ? Config::kBlockM - partial : 0;
-  const int shift = kCausal ? empty_rows / Config::kRowsPerConsumer * Config::kRowsPerConsumer : 0;
-  return m_block * Config::kBlockM - shift;
-}
 
 // First query row of consumer `consumer`'s 64-row slab in `tile`: what its accumulators hold
 // (Sm90ThreadRows) and whether it has any row at all (sm90_slab_has_rows).
 template <class Config>
 __device__ __forceinline__ int sm90_slab_row_begin(const Sm90Tile& tile, int consumer) {
   return tile.row_begin + consumer * Config::kRowsPerConsumer;
-}
-
-// Whether a 64-row slab starting at `slab_row_begin` holds a row of the sequence: past its end
-// (the last block of a length that BLOCK_M does not divide, unmasked) or, causal, wholly before
-// its start (the first block, sm90_block_row_begin) it holds none.
-template <class Config>
-__device__ __forceinline__ bool sm90_slab_has_rows(int slab_row_begin, int seqlen_q) {
-  return slab_row_begin < seqlen_q && slab_row_begin + Config::kRowsPerConsumer > 0;
 }
 
 // BLOCK_M-row blocks of the query sequence: the one count the launcher, the tile order and the

@@ -266,4 +266,32 @@ struct Sm90TileConfig {
   static constexpr int kQEmptyArrivals = kConsumerThreads;
 };
 
+// Row geometry of the query blocks (pure integer functions, so host tests can check them).
+
+// First query row of block `m_block`. Without a mask, block m starts at m x BLOCK_M. Under a
+// causal mask the blocks move up by whole 64-row slabs, as far as the length allows, so that
+// the partial block (seqlen_q not a multiple of BLOCK_M) is the first one, whose rows see the
+// fewest keys; fewer than 64 empty rows stay at the end of the last block. Aligned to the start, the partial block was the last one and visited every KV
+// tile for a fraction of its rows: at 1k with BLOCK_M 192, 8 KV steps for 64 rows, against 1 step
+// at the top; over the blocks of a head, 32 KV steps against 27. The first block then starts at
+// a negative row, a multiple of 64: the slabs before row 0 are neither loaded nor stored (TMA
+// faults on a negative coordinate: an illegal instruction on the H100), and their consumers
+// have no row (sm90_slab_has_rows).
+template <class Config, bool kCausal>
+constexpr int sm90_block_row_begin(int m_block, int seqlen_q) {
+  const int partial = seqlen_q % Config::kBlockM;
+  const int empty_rows = partial != 0 ? Config::kBlockM - partial : 0;
+  const int slabs_up = kCausal ? empty_rows / Config::kRowsPerConsumer : 0;
+  const int shift = slabs_up * Config::kRowsPerConsumer;
+  return m_block * Config::kBlockM - shift;
+}
+
+// Whether a 64-row slab starting at `slab_row_begin` holds a row of the sequence: past its end
+// (the last block of a length that BLOCK_M does not divide, unmasked) or, causal, wholly before
+// its start (the first block, sm90_block_row_begin) it holds none.
+template <class Config>
+constexpr bool sm90_slab_has_rows(int slab_row_begin, int seqlen_q) {
+  return slab_row_begin < seqlen_q && slab_row_begin + Config::kRowsPerConsumer > 0;
+}
+
 }  // namespace flashcore::detail

@@ -1,0 +1,81 @@
+// Row geometry of the Hopper kernel's query blocks (cuda/sm90/tile_config.h), checked on the host
+// for every length up to a few blocks: the slabs that hold rows cover [0, seqlen_q) exactly once,
+// none of them starts before row 0 (TMA faults on a negative coordinate), and under a causal mask
+// the empty rows of the partial block sit in the first block, in whole slabs. A GPU run can only show a wrong geometry as a wrong answer
+// on the lengths it happens to test.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/sm90/tile_config.h"
+
+namespace flashcore::detail {
+namespace {
+
+constexpr int kMaxSeqlen = 1000;  // > 5 blocks of 192 rows: every remainder, several times
+
+template <class Config, bool kCausal>
+void check_lengths() {
+  for (int seqlen_q = 1; seqlen_q <= kMaxSeqlen; ++seqlen_q) {
+    SCOPED_TRACE("BLOCK_M " + std::to_string(Config::kBlockM) + (kCausal ? " causal" : "") +
+                 " seqlen_q " + std::to_string(seqlen_q));
+    const int m_blocks = (seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+    std::vector<int> covered(seqlen_q, 0);
+    for (int m_block = 0; m_block < m_blocks; ++m_block) {
+      const int block_begin = sm90_block_row_begin<Config, kCausal>(m_block, seqlen_q);
+      if (!kCausal) EXPECT_EQ(block_begin, m_block * Config::kBlockM);
+      int rows_in_block = 0;
+      for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
+        const int slab_begin = block_begin + consumer * Config::kRowsPerConsumer;
+        if (!sm90_slab_has_rows<Config>(slab_begin, seqlen_q)) continue;
+        ASSERT_GE(slab_begin, 0) << "a slab with rows would be loaded from a negative row";
+        for (int row = slab_begin; row < slab_begin + Config::kRowsPerConsumer; ++row) {
+          if (row < seqlen_q) {
+            ++covered[row];
+            ++rows_in_block;
+          }
+        }
+      }
+      // Unmasked, only the last block may be partial. Causal, the empty rows go to the first
+      // block in whole slabs (its rows see the fewest keys); what is left, under a slab, stays
+      // at the end of the last.
+      const bool last = m_block == m_blocks - 1;
+      if (!last && (!kCausal || m_block > 0)) {
+        EXPECT_EQ(rows_in_block, Config::kBlockM) << "block " << m_block;
+      }
+      if (kCausal && last && m_blocks > 1) {
+        EXPECT_GT(rows_in_block, Config::kBlockM - Config::kRowsPerConsumer) << "last block";
+      }
+    }
+    for (int row = 0; row < seqlen_q; ++row) ASSERT_EQ(covered[row], 1) << "row " << row;
+  }
+}
+
+// BLOCK_M 192 (three consumers) and 128 (two), as the tile table uses them.
+using ThreeConsumers = Sm90TileConfig<64, 128, 2, 3>;
+using TwoConsumers = Sm90TileConfig<128, 128, 2, 2>;
+
+TEST(Sm90RowGeometry, SlabsCoverEveryRowOnceWithoutNegativeCoordinates) {
+  check_lengths<ThreeConsumers, false>();
+  check_lengths<ThreeConsumers, true>();
+  check_lengths<TwoConsumers, false>();
+  check_lengths<TwoConsumers, true>();
+}
+
+TEST(Sm90RowGeometry, CausalPartialBlockComesFirst) {
+  // 1k rows in blocks of 192: 5 x 192 + 64. The first block's two leading slabs lie before
+  // row 0, so its one live slab holds rows 0-63, which see one KV tile, not eight.
+  EXPECT_EQ((sm90_block_row_begin<ThreeConsumers, true>(0, 1024)), -128);
+  EXPECT_EQ((sm90_block_row_begin<ThreeConsumers, true>(5, 1024)), 1024 - 192);
+  EXPECT_EQ((sm90_block_row_begin<ThreeConsumers, false>(5, 1024)), 960);
+  // 1000 rows in blocks of 128: 104 in the partial block; 24 empty rows are less than a slab,
+  // so the blocks stay where they are.
+  EXPECT_EQ((sm90_block_row_begin<TwoConsumers, true>(0, 1000)), 0);
+  EXPECT_FALSE(sm90_slab_has_rows<ThreeConsumers>(-64, 1024));
+  EXPECT_TRUE(sm90_slab_has_rows<ThreeConsumers>(0, 1024));
+  EXPECT_FALSE(sm90_slab_has_rows<ThreeConsumers>(1024, 1024));
+}
+
+}  // namespace
+}  // namespace flashcore::detail
