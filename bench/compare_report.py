@@ -19,6 +19,23 @@ def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+# A median this far above the min of the same runs means a stretch of slow runs, not a slow
+# kernel: back-to-back runs of one kernel spread by 1-4% (docs/kernels_sm90.md). Such results are
+# listed under the table, so that a ratio is not read without that warning.
+UNSTEADY_MEDIAN_OVER_MIN = 1.15
+
+
+def unsteady(record):
+    """Implementations of `record` whose median is more than UNSTEADY_MEDIAN_OVER_MIN x their
+    min, as (name, median_ms, min_ms)."""
+    found = []
+    for name, r in record["results"].items():
+        median, fastest = r.get("median_ms"), r.get("min_ms")
+        if median and fastest and median > UNSTEADY_MEDIAN_OVER_MIN * fastest:
+            found.append((name, median, fastest))
+    return found
+
+
 def _ratio(a, b):
     return a / b if a and b else None
 
@@ -75,6 +92,11 @@ def markdown(meta, records, flashcore_names):
         lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", "n/a reasons:"] + [f"- {note}" for note in notes]
+    slow_stretches = [f"- {record['config']} {name}: median {median:.3f} ms, min {fastest:.3f} ms"
+                      for record in records for name, median, fastest in unsteady(record)]
+    if slow_stretches:
+        lines += ["", f"Unsteady timings (median > {UNSTEADY_MEDIAN_OVER_MIN} x min; every run "
+                  "is in compare.json as times_ms):"] + slow_stretches
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,37 @@
+"""bench/compare_report.py (pure Python): results whose median is far above their min are listed
+under the table, so a ratio built on a stretch of slow runs is not read without a warning."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import compare_report  # noqa: E402
+
+
+def record(flashcore_median, flashcore_min):
+    results = {
+        "flashcore[sm90]": {"status": "ok", "tflops": 500.0, "median_ms": flashcore_median,
+                            "min_ms": flashcore_min, "max_err_out": 1e-4},
+        "cudnn": {"status": "ok", "tflops": 450.0, "median_ms": 0.268, "min_ms": 0.261},
+        "fa2": {"status": "ok", "tflops": 250.0, "median_ms": 0.498, "min_ms": 0.484},
+    }
+    rec = {"config": "b8 sq2048 sk2048 hq16 hkv16 d128 bf16 causal", "results": results,
+           "tol_out": 1e-3}
+    compare_report.add_ratios(rec, ["flashcore[sm90]"])
+    return rec
+
+
+META = {"device": "test", "commit": "abc", "date": "today", "torch": "2", "cudnn": 1,
+        "grid": "standard", "iters": 30, "rounds": 3}
+
+
+def test_a_slow_stretch_is_listed_under_the_table():
+    table = compare_report.markdown(META, [record(0.345, 0.242)], ["flashcore[sm90]"])
+    assert "Unsteady timings" in table
+    assert "flashcore[sm90]: median 0.345 ms, min 0.242 ms" in table
+    assert "cudnn: median" not in table  # 0.268 / 0.261 is steady
+
+
+def test_steady_results_add_no_section():
+    table = compare_report.markdown(META, [record(0.244, 0.242)], ["flashcore[sm90]"])
+    assert "Unsteady timings" not in table
+    assert "in 3 interleaved rounds" in table
