@@ -182,8 +182,8 @@ class SdpaImpl:
 
 
 def check_impl(impl, q, k, v, causal, checker, on_gpu):
-    """The checked run. Returns (result dict, (name, fn, context) to time or None); never raises
-    for the impl's failures, which the result records as n/a with the reason."""
+    """The checked run. Returns (result dict, (name, fn, make_context) to time, or None); never
+    raises for the impl's failures, which the result records as n/a with the reason."""
     result = {"name": impl.name, "layout": impl.layout}
     try:
         out, lse = impl.checked_output(q, k, v, causal)

@@ -1,8 +1,8 @@
 // Row geometry of the Hopper kernel's query blocks (cuda/sm90/tile_config.h), checked on the host
 // for every length up to a few blocks: the slabs that hold rows cover [0, seqlen_q) exactly once,
 // none of them starts before row 0 (TMA faults on a negative coordinate), and under a causal mask
-// the empty rows of the partial block sit in the first block, in whole slabs. A GPU run can only show a wrong geometry as a wrong answer
-// on the lengths it happens to test.
+// the empty rows of the partial block sit in the first block, in whole slabs. A GPU run can only
+// show a wrong geometry as a wrong answer on the lengths it happens to test.
 #include <gtest/gtest.h>
 
 #include <string>

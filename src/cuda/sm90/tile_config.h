@@ -271,12 +271,13 @@ struct Sm90TileConfig {
 // First query row of block `m_block`. Without a mask, block m starts at m x BLOCK_M. Under a
 // causal mask the blocks move up by whole 64-row slabs, as far as the length allows, so that
 // the partial block (seqlen_q not a multiple of BLOCK_M) is the first one, whose rows see the
-// fewest keys; fewer than 64 empty rows stay at the end of the last block. Aligned to the start, the partial block was the last one and visited every KV
-// tile for a fraction of its rows: at 1k with BLOCK_M 192, 8 KV steps for 64 rows, against 1 step
-// at the top; over the blocks of a head, 32 KV steps against 27. The first block then starts at
-// a negative row, a multiple of 64: the slabs before row 0 are neither loaded nor stored (TMA
-// faults on a negative coordinate: an illegal instruction on the H100), and their consumers
-// have no row (sm90_slab_has_rows).
+// fewest keys; fewer than 64 empty rows stay at the end of the last block. Aligned to the
+// start, the partial block was the last one and visited every KV tile for a fraction of its
+// rows: at 1k with BLOCK_M 192, 8 KV steps for 64 rows, against 1 step at the top; over the
+// blocks of a head, 32 KV steps against 27. The first block then starts at a negative row, a
+// multiple of 64: the slabs before row 0 are neither loaded nor stored (TMA faults on a negative
+// coordinate: an illegal instruction on the H100), and their consumers have no row
+// (sm90_slab_has_rows).
 template <class Config, bool kCausal>
 constexpr int sm90_block_row_begin(int m_block, int seqlen_q) {
   const int partial = seqlen_q % Config::kBlockM;
