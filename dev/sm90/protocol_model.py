@@ -11,6 +11,8 @@ persistent schedules:
   * every read sees the tile and KV step it expects (stage ring and Q phases in step),
   * the producer never overwrites a buffer that a wgmma or a store is still reading,
   * every named-barrier generation pairs the owner's sync with the other consumer's arrival.
+Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_begin): consumer
+0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -20,6 +22,9 @@ import sys
 
 class ModelError(Exception):
     pass
+
+
+ANY = object()  # a read that may see whatever the buffer holds (a slab no tile row uses)
 
 
 class MBarrier:
@@ -98,7 +103,7 @@ class Smem:
         self.content[name] = value
 
     def start_read(self, name, expected, who):
-        if self.content[name] != expected:
+        if expected is not ANY and self.content[name] != expected:
             raise ModelError(f"{who} reads {name} = {self.content[name]}, expected {expected}")
         self.readers[name].add(who)
 
@@ -121,7 +126,7 @@ class Ring:
         return r
 
 
-KV_BYTES, Q_BYTES = 100, 50
+KV_BYTES, Q_SLAB_BYTES = 100, 25
 
 
 class Cta:
@@ -146,6 +151,7 @@ class Cta:
         self.turn = [NamedBarrier("turn0", "c0"), NamedBarrier("turn1", "c1")]
         self.async_events = []  # pending TMA completions: callables
         self.slot = None  # persistent schedules: the tile slot in shared memory
+        self.q_expect = [None, None]  # what each consumer's Q reads of the current tile expect
 
     # --- producer (producer.cuh) ---
     def load(self, kind, tile_id, step, ring):
@@ -171,7 +177,7 @@ class Cta:
 
     def producer(self):
         ring, q_phase = Ring(self.stages), 0
-        for tile_id, count in self.tiles:
+        for tile_id, count, skip_q0 in self.tiles:
             k_ring, v_ring = ring.copy(), ring.copy()
             if count > 0:
                 yield from self.load("k", tile_id, 0, k_ring)
@@ -183,12 +189,13 @@ class Cta:
                 # will wait for are waited for here, before the consumers may start the tile.
                 for c in range(count, 2):
                     yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
-            self.q_full.arrive_expect_tx(Q_BYTES)
+            slabs = ["q1"] if skip_q0 else ["q0", "q1"]
+            self.q_full.arrive_expect_tx(Q_SLAB_BYTES * len(slabs))
 
-            def land_q(tile_id=tile_id):
-                self.smem.write("q0", tile_id, "producer TMA")
-                self.smem.write("q1", tile_id, "producer TMA")
-                self.q_full.complete_tx(Q_BYTES)
+            def land_q(tile_id=tile_id, slabs=slabs):
+                for slab in slabs:
+                    self.smem.write(slab, tile_id, "producer TMA")
+                self.q_full.complete_tx(Q_SLAB_BYTES * len(slabs))
 
             self.async_events.append(land_q)
             for step in range(1, count):
@@ -217,7 +224,8 @@ class Cta:
         if self.early:
             self.q_empty.arrive(128)
 
-    def epilogue(self, c, tile_id, ring):
+    def epilogue(self, c, tile_id, ring, has_rows):
+        # A consumer without rows stages O like the others but issues no store.
         who = f"c{c}"
         if self.staging == "vring":
             # Consumer c stages O in V stage (next + c) once every consumer has read the V last
@@ -229,9 +237,10 @@ class Cta:
             v = f"v{pos.stage}"
             yield lambda s=pos.stage, ph=pos.phase: self.v_empty[s].passed(ph ^ 1)
             self.smem.write(v, ("O", tile_id, c), who)
-            self.smem.start_read(v, ("O", tile_id, c), who + " store")
-            yield lambda: True
-            self.smem.end_read(v, who + " store")
+            if has_rows:
+                self.smem.start_read(v, ("O", tile_id, c), who + " store")
+                yield lambda: True
+                self.smem.end_read(v, who + " store")
             self.o_free[c].arrive(128)
             return
         if self.staging == "own":
@@ -243,17 +252,20 @@ class Cta:
                 yield lambda: True
                 self.smem.end_read(o, who + " store")
             self.smem.write(o, ("O", tile_id), who)
-            self.smem.start_read(o, ("O", tile_id), who + " store")
-            setattr(self, f"store{c}", True)
+            if has_rows:
+                self.smem.start_read(o, ("O", tile_id), who + " store")
+            setattr(self, f"store{c}", True if has_rows else None)
             return
         q = f"q{c}"
-        # O is written into the slab with ordinary stores: the slab must still be this tile's.
-        if self.smem.content[q] != tile_id:
+        # O is written into the slab with ordinary stores: the slab must still be this tile's
+        # (a slab without rows holds whatever it held).
+        if has_rows and self.smem.content[q] != tile_id:
             raise ModelError(f"{who} stages O into {q} holding {self.smem.content[q]}")
         self.smem.write(q, ("O", tile_id), who)
-        self.smem.start_read(q, ("O", tile_id), who + " store")
-        yield lambda: True
-        self.smem.end_read(q, who + " store")
+        if has_rows:
+            self.smem.start_read(q, ("O", tile_id), who + " store")
+            yield lambda: True
+            self.smem.end_read(q, who + " store")
         if self.persistent:
             self.q_empty.arrive()
 
@@ -261,14 +273,16 @@ class Cta:
         # The consumer's tile loop (kernel.cuh): wait for Q, read the slot, the tile's KV steps
         # (tile_work; none: hand Q back at once), epilogue; after the last tile, the -1 slot.
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
-        for tile_id, count in self.tiles:
+        for tile_id, count, skip_q0 in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, tile_id)
+            has_rows = not (skip_q0 and c == 0)
+            self.q_expect[c] = tile_id if has_rows else ANY
             if count == 0:
                 self.release_q_after_last_qk()
             else:
                 yield from tile_work(c, tile_id, count, ring)
-            yield from self.epilogue(c, tile_id, ring)
+            yield from self.epilogue(c, tile_id, ring, has_rows)
             q_phase ^= 1
         if self.persistent:
             yield lambda qp=q_phase: self.q_full.passed(qp)
@@ -279,7 +293,7 @@ class Cta:
         for step in range(count):
             s = ring.stage
             yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-            self.smem.start_read(f"q{c}", tile_id, who)
+            self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
             yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
             self.k_empty[s].arrive(128)
@@ -307,7 +321,7 @@ class Cta:
         who, s = f"c{c}", ring.stage
         yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
         yield from self.turn_begin(c)
-        self.smem.start_read(f"q{c}", tile_id, who)
+        self.smem.start_read(f"q{c}", self.q_expect[c], who)
         self.smem.start_read(f"k{s}", (tile_id, 0), who)
         self.turn_end(c)
         yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
@@ -321,7 +335,7 @@ class Cta:
             yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
             yield lambda ps=ps, ph=prev.phase: self.v_full[ps].passed(ph)
             yield from self.turn_begin(c)
-            self.smem.start_read(f"q{c}", tile_id, who)
+            self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
             self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
             self.turn_end(c)
@@ -375,8 +389,9 @@ class Cta:
 
 
 def random_tiles(rng, persistent):
+    # (tile id, KV steps, whether consumer 0's slab lies before row 0)
     n = rng.randint(1, 4) if persistent else 1
-    return [(t, rng.choice([0, 0, 1, 2, 3, 5])) for t in range(n)]
+    return [(t, rng.choice([0, 0, 1, 2, 3, 5]), rng.random() < 0.3) for t in range(n)]
 
 
 def main():
