@@ -26,8 +26,9 @@ import torch
 
 import flashcore
 
-# The implementations bench/compare.py puts side by side, called the same way here.
+# The implementations and grid configs bench/compare.py uses, called the same way here.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import compare_grids  # noqa: E402
 import compare_runner  # noqa: E402
 
 FIELDS = "clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active"
@@ -38,7 +39,7 @@ SAMPLE_MS = 20
 SAMPLER_START_S = 0.5
 # Calls timed once to size a segment's halves (one call alone is too noisy to size them).
 SIZING_CALLS = 3
-# (head_dim, causal, seqlen): the standard grid's batch 16384 / seqlen and heads 2048 / head_dim.
+# (head_dim, causal, seqlen) of the standard grid (compare_grids.standard_config).
 SHAPES = [(128, False, 4096), (256, False, 4096), (64, False, 4096), (128, True, 4096)]
 
 
@@ -117,16 +118,17 @@ def main():
     time.sleep(SAMPLER_START_S)
     records = []
     for head_dim, causal, seqlen in SHAPES:
-        batch, heads = 16384 // seqlen, 2048 // head_dim
-        flops = 4.0 * batch * heads * seqlen * seqlen * head_dim * (0.5 if causal else 1.0)
-        for dtype in (torch.bfloat16, torch.float16):
-            q, k, v = (torch.randn(batch, seqlen, heads, head_dim, device="cuda", dtype=dtype)
-                       for _ in range(3))
+        for dtype_name in compare_grids.DTYPES:
+            config = compare_grids.standard_config(seqlen, head_dim, dtype_name, causal)
+            flops = config.flops()
+            dtype = compare_runner.TORCH_DTYPES[dtype_name]
+            q, k, v = (torch.randn(config.batch, seqlen, config.heads_q, head_dim, device="cuda",
+                                   dtype=dtype) for _ in range(3))
             for impl in implementations():
                 context = impl.context() if hasattr(impl, "context") else contextlib.nullcontext()
                 with context:
                     result = segment(impl.runner(q, k, v, causal), args.seconds, sampler, flops)
-                result.update(impl=impl.name, dtype=str(dtype).split(".")[-1], head_dim=head_dim,
+                result.update(impl=impl.name, dtype=dtype_name, head_dim=head_dim,
                               causal=causal, seqlen=seqlen)
                 records.append(result)
                 print(f"d{head_dim} {'c ' if causal else 'nc'} {seqlen:5} {result['dtype']:8} "

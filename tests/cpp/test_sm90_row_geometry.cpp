@@ -26,8 +26,13 @@ void check_lengths() {
       const int block_begin = sm90_block_row_begin<Config, kCausal>(m_block, seqlen_q);
       if (!kCausal) EXPECT_EQ(block_begin, m_block * Config::kBlockM);
       int rows_in_block = 0;
+      const int skipped = sm90_slabs_before_row_0<Config>(block_begin);  // the producer's count
       for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
         const int slab_begin = block_begin + consumer * Config::kRowsPerConsumer;
+        // The producer skips exactly the slabs wholly before row 0, which hold no row.
+        EXPECT_EQ(consumer < skipped, slab_begin + Config::kRowsPerConsumer <= 0)
+            << "block " << m_block << " consumer " << consumer;
+        if (consumer < skipped) EXPECT_FALSE(sm90_slab_has_rows<Config>(slab_begin, seqlen_q));
         if (!sm90_slab_has_rows<Config>(slab_begin, seqlen_q)) continue;
         ASSERT_GE(slab_begin, 0) << "a slab with rows would be loaded from a negative row";
         for (int row = slab_begin; row < slab_begin + Config::kRowsPerConsumer; ++row) {

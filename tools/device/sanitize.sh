@@ -28,6 +28,9 @@ cases=(
   # d256 stages O in the V ring across tiles; rows 0-49 see no key and rows 50-127 one KV tile,
   # so some tiles have fewer V loads than consumers (producer.cuh's extra o_free waits).
   "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 16 --heads-kv 4 --head-dim 256 --causal"
+  # d64 causal above 1k (three consumers): 1025 = 5 x 192 + 65 puts the first block at row -64,
+  # so consumer 0's slab is neither loaded nor stored (sm90_block_row_begin).
+  "--batch 1 --seqlen-q 1025 --seqlen-k 1025 --heads-q 8 --heads-kv 2 --head-dim 64 --causal"
 )
 status=0
 for tool in memcheck racecheck synccheck; do

@@ -19,6 +19,7 @@ struct Sm90Tile {
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
 };
+static_assert(sizeof(Sm90Tile) == kSm90TileSlotBytes, "Sm90Tile must fill the smem tile slot");
 
 // First query row of consumer `consumer`'s 64-row slab in `tile`: what its accumulators hold
 // (Sm90ThreadRows) and whether it has any row at all (sm90_slab_has_rows).

@@ -33,8 +33,7 @@ template <class Config>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
                                             const Sm90TensorMaps& maps, const Sm90Tile& tile) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const int slabs_before_row_0 =
-      tile.row_begin < 0 ? -tile.row_begin / Config::kRowsPerConsumer : 0;
+  const int slabs_before_row_0 = sm90_slabs_before_row_0<Config>(tile.row_begin);
   mbarrier_arrive_expect_tx(smem.q_full(),
                             Config::kQBytes - slabs_before_row_0 * Config::kQSlabBytes);
 #pragma unroll

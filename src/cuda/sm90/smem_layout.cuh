@@ -86,7 +86,7 @@ struct Sm90SmemLayout {
   // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer
   // divisions (about 240 instructions on their critical path after Q lands; 7% of the consumer
   // warps' stall samples at 512 / d128). Written before the producer's arrival on q_full, read
-  // after the consumers' wait; 16 bytes.
+  // after the consumers' wait; kSm90TileSlotBytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
     return reinterpret_cast<Sm90Tile*>(barriers() + 2 + 4 * Config::kStages +
                                        Config::kConsumerWarpgroups);

@@ -62,6 +62,10 @@ struct Sm90TileShape {
 
 constexpr int kAnySeqlen = 0x7fffffff;
 
+// The persistent schedules' tile slot behind the mbarriers: the decoded Sm90Tile (four ints,
+// pipeline.cuh checks the size) that the producer hands the consumers with each Q.
+constexpr int kSm90TileSlotBytes = 16;
+
 // The table: the fastest correct configuration per head_dim, mask and sequence length measured
 // on an H200 (bf16, standard grid batch 16384 / seqlen, heads 2048 / head_dim, 512..16k;
 // docs/kernels_sm90.md has the sweeps behind each row). Per (head_dim, causal) 1 to
@@ -233,9 +237,10 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  // q full/empty, k/v full/empty, one o_free per consumer, and 16 bytes for the persistent
-  // schedules' next-tile slot
-  static constexpr int kBarrierBytes = 8 * (4 + 4 * kStages + kConsumerWarpgroups);
+  // q full/empty, k/v full/empty per stage, one o_free per consumer (8 bytes each), then the
+  // persistent schedules' tile slot
+  static constexpr int kBarrierBytes =
+      8 * (2 + 4 * kStages + kConsumerWarpgroups) + kSm90TileSlotBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = 227 * 1024;
   static constexpr int kCoreSmemBytes =
@@ -285,6 +290,13 @@ constexpr int sm90_block_row_begin(int m_block, int seqlen_q) {
   const int slabs_up = kCausal ? empty_rows / Config::kRowsPerConsumer : 0;
   const int shift = slabs_up * Config::kRowsPerConsumer;
   return m_block * Config::kBlockM - shift;
+}
+
+// Slabs of a block that lie wholly before row 0 (a causal first block starts at a multiple of
+// 64 below it): the producer loads no Q for them, and their consumers have no row.
+template <class Config>
+constexpr int sm90_slabs_before_row_0(int block_row_begin) {
+  return block_row_begin < 0 ? -block_row_begin / Config::kRowsPerConsumer : 0;
 }
 
 // Whether a 64-row slab starting at `slab_row_begin` holds a row of the sequence: past its end
