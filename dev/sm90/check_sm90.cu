@@ -97,6 +97,7 @@ void run_table(const AttentionParams& p) {
       fp16 ? run_config<DType::kFloat16, Sm90TileConfig<64>, kSchedule>(p)
            : run_config<DType::kBFloat16, Sm90TileConfig<64>, kSchedule>(p);
       break;
+    case 96:  // padded: the 128 kernels (sm90_kernel_head_dim)
     case 128:
       fp16 ? run_config<DType::kFloat16, Sm90TileConfig<128>, kSchedule>(p)
            : run_config<DType::kBFloat16, Sm90TileConfig<128>, kSchedule>(p);
@@ -139,6 +140,8 @@ void run_default(const AttentionParams& p) {
   switch (p.head_dim * 2 + (p.causal ? 1 : 0)) {
     case 128: fp16 ? run_sm90_forward<kH, 64, false>(p) : run_sm90_forward<kB, 64, false>(p); break;
     case 129: fp16 ? run_sm90_forward<kH, 64, true>(p) : run_sm90_forward<kB, 64, true>(p); break;
+    case 192: fp16 ? run_sm90_forward<kH, 96, false>(p) : run_sm90_forward<kB, 96, false>(p); break;
+    case 193: fp16 ? run_sm90_forward<kH, 96, true>(p) : run_sm90_forward<kB, 96, true>(p); break;
     case 256: fp16 ? run_sm90_forward<kH, 128, false>(p) : run_sm90_forward<kB, 128, false>(p); break;
     case 257: fp16 ? run_sm90_forward<kH, 128, true>(p) : run_sm90_forward<kB, 128, true>(p); break;
     case 512: fp16 ? run_sm90_forward<kH, 256, false>(p) : run_sm90_forward<kB, 256, false>(p); break;

@@ -43,10 +43,13 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr int kHeadDim = Config::kHeadDim;
   static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
                 "the sm90 kernel takes fp16 or bf16");
-  if (params.head_dim != kHeadDim) {
+  if (sm90_kernel_head_dim(params.head_dim) != kHeadDim) {
     throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
                 " called with head_dim " + std::to_string(params.head_dim));
   }
+  // The tensor maps carry the call's head_dim, the boxes the kernel's: a padded head_dim's
+  // extra columns are zero-filled on the Q, K and V loads and dropped by the O store.
+  const int head_dim = params.head_dim;
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads_q == 0) return;
   const int64_t num_tiles = sm90_num_tiles<Config>(params);
   if (num_tiles > INT_MAX) {
@@ -56,23 +59,23 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
 
   const CUtensorMap map_q = make_bshd_tensor_map(
-      {"q", params.q, kHeadDim, params.seqlen_q, params.heads_q, params.batch, params.q_row_stride,
+      {"q", params.q, head_dim, params.seqlen_q, params.heads_q, params.batch, params.q_row_stride,
        params.q_head_stride, params.q_batch_stride},
       kDType, Config::kRowsPerConsumer);
-  BshdTensor k{"k", params.k, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+  BshdTensor k{"k", params.k, head_dim, params.seqlen_k, params.heads_kv, params.batch,
                params.k_row_stride, params.k_head_stride, params.k_batch_stride};
-  BshdTensor v{"v", params.v, kHeadDim, params.seqlen_k, params.heads_kv, params.batch,
+  BshdTensor v{"v", params.v, head_dim, params.seqlen_k, params.heads_kv, params.batch,
                params.v_row_stride, params.v_head_stride, params.v_batch_stride};
   if (params.seqlen_k == 0) {
     // No KV tile is ever loaded (every row gets out = 0, lse = -inf), but the maps must still
     // encode: point them at one row of q, which exists.
-    k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, kHeadDim, 1, 1, 1,
-                       kHeadDim, kHeadDim, kHeadDim};
+    k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, head_dim, 1, 1, 1,
+                       head_dim, head_dim, head_dim};
   }
   const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, Config::kBlockN);
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
   const CUtensorMap map_o = make_bshd_tensor_map(
-      {"out", params.out, kHeadDim, params.seqlen_q, params.heads_q, params.batch,
+      {"out", params.out, head_dim, params.seqlen_q, params.heads_q, params.batch,
        params.o_row_stride, params.o_head_stride, params.o_batch_stride},
       kDType, Config::kRowsPerConsumer);
 
@@ -118,10 +121,11 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
   run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
 }
 
-// The library's entry: the tile table's row for this call's seqlen_q bucket.
+// The library's entry: the tile table's row for this call's seqlen_q bucket. A head_dim that is
+// not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  run_sm90_forward_from_row<kDType, kHeadDim, kCausal, 0>(params);
+  run_sm90_forward_from_row<kDType, sm90_kernel_head_dim(kHeadDim), kCausal, 0>(params);
 }
 
 }  // namespace flashcore::detail

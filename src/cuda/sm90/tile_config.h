@@ -159,6 +159,12 @@ constexpr bool sm90_rows_ordered() {
 static_assert(sm90_rows_ordered(), "kSm90TileTable: 1-4 rows per (head_dim, causal), ascending "
                                    "max_seqlen_q, the last one kAnySeqlen");
 
+// The kernel head_dim that serves a call's head_dim: the next multiple of 64, the width of a
+// 128-byte swizzled column block that the tiles are built from. 96 runs the 128 kernels, which
+// compute the zero-filled extra columns too: a third more tensor work than a 96-wide tile, but no
+// kernels of its own to tune or compile (docs/kernels_sm90.md has its figures).
+constexpr int sm90_kernel_head_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 // The general (longest-sequence) row: the defaults of Sm90TileConfig.
 constexpr Sm90TileShape sm90_tile_shape(int head_dim, bool causal = false) {
   return sm90_tile_row(head_dim, causal, sm90_row_count(head_dim, causal) - 1);
