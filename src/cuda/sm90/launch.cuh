@@ -117,7 +117,8 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
       return;
     }
   }
-  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers>;
+  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers,
+                                kShape.l2_reuse_mib>;
   run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
 }
 

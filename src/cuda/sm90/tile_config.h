@@ -50,6 +50,10 @@ constexpr bool sm90_is_overlapped(Sm90Schedule schedule) {
          schedule == Sm90Schedule::kOverlapOnly;
 }
 
+// MiB of K/V per L2 section of the tile order (Sm90TileOrder). 8 beat 24, 16 and 4 by 1-4% at
+// 1k-16k on the H200 (persistent CTAs claim tiles dynamically, so small sections cost no balance).
+constexpr int kSm90L2ReuseMiB = 8;
+
 struct Sm90TileShape {
   int head_dim;
   bool causal;
@@ -58,6 +62,7 @@ struct Sm90TileShape {
   int stages;             // K/V tiles in flight in the shared-memory ring
   Sm90Schedule schedule;  // what run_sm90_forward launches
   int consumers;          // consumer warpgroups of 64 query rows: BLOCK_M = 64 x consumers
+  int l2_reuse_mib = kSm90L2ReuseMiB;  // the tile order's L2 section (Sm90TileConfig)
 };
 
 constexpr int kAnySeqlen = 0x7fffffff;
@@ -83,13 +88,14 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // 518-526 at 8k / 16k, dev/sm90/results/2026-11-21-h100-turns/sweep.log) and read +7% at 16k
     // in one of two H200 passes; tie at 4k.
     {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kOverlapPingPong, 3},
-    // causal <= 1k: BLOCK_M 128 (two consumers): 208 / 289 at 512 / 1k vs 194 / 270 with 192
-    // rows (41% / 33% of the QK^T work lies past the diagonal or in the row tail with 192 rows,
-    // 20% / 11% with 128: 512 = 192 + 192 + 128), but 347 vs 385 at 2k (three consumers share
-    // each K/V tile). With the partial block first (095ba5f, pipeline.cuh) three consumers read
-    // 335 vs 325 at 1k on the H100 and 229 vs 243 at 512: not switched, 1k would stay below
-    // cuDNN (dev/sm90/results/2026-11-21-h100-causal-first-block).
-    {64, true, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
+    // causal <= 512: BLOCK_M 128 (two consumers): 241 vs 227-234 with 192 rows (H100), where
+    // 512 = 64 + 192 + 192 leaves more of the QK^T work past the diagonal or in the empty slab.
+    {64, true, 512, 128, 2, Sm90Schedule::kPersistent, 2},
+    // causal <= 1k: three consumers since the partial block goes first (095ba5f): 330 vs 322
+    // with two, 335 with 24 MiB L2 sections (the same in two calls; one earlier call 338 vs
+    // 325). At 2k the larger sections lose (415 vs 425), so only this row has them
+    // (dev/sm90/results/2026-11-21-h100-d64-causal-1k).
+    {64, true, 1024, 128, 2, Sm90Schedule::kPersistent, 3, 24},
     // > 1k: 385 / 439 / 507 / 522 at 2k / 4k / 8k / 16k; overlap n128 s3 (the old > 4k row)
     // 360 / 427 / 503 / 522.
     {64, true, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
@@ -180,10 +186,6 @@ constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
   return row.schedule;
 #endif
 }
-
-// MiB of K/V per L2 section of the tile order (Sm90TileOrder). 8 beat 24, 16 and 4 by 1-4% at
-// 1k-16k on the H200 (persistent CTAs claim tiles dynamically, so small sections cost no balance).
-constexpr int kSm90L2ReuseMiB = 8;
 
 // A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
 // (dev/sm90/check_sm90 --sweep).
