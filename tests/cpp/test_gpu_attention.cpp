@@ -387,9 +387,16 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
                            return std::string(to_string(info.param));
                          });
 
-TEST(GpuSelection, AutoPicksTheFastestAvailableBackend) {
+// Once per head_dim: the preferred one, and 96, which sm90 serves with the d128 kernels.
+class GpuSelection : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuSelection, AutoPicksTheFastestAvailableBackend) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const int64_t d = preferred_head_dim(Backend::kSM80);
+  const int64_t d = GetParam() != 0 ? GetParam() : preferred_head_dim(Backend::kSM80);
+  if (!detail::find_kernel(Backend::kSM80, DType::kFloat16, int(d), false) &&
+      !detail::find_kernel(Backend::kSM90, DType::kFloat16, int(d), false)) {
+    GTEST_SKIP() << "no fp16 kernel compiled for head_dim=" << d;
+  }
   DeviceBuffer buffer(4 * 128 * d * 2);
   const Device cuda{DeviceType::kCUDA, 0};
   AttentionArgs args;
@@ -414,6 +421,12 @@ TEST(GpuSelection, AutoPicksTheFastestAvailableBackend) {
         << error.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSelection, ::testing::Values(0, 96),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("preferred")
+                                                  : "d" + std::to_string(info.param);
+                         });
 
 }  // namespace
 }  // namespace flashcore::test
