@@ -243,9 +243,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90TileRows,
 
 // --- sm90: head_dim 96 runs the 128 kernels with zero-filled columns ---
 
-// The tensor maps carry head_dim 96 and the boxes 128 columns, so TMA zero-fills columns 96-127
-// of Q, K and V and the O store drops them (cuda/sm90/launch.cuh). Tails in both sequences, GQA,
-// strided BHSD views (the maps' strides are the caller's) and large inputs, both masks.
+// The tensor maps are 96 columns wide and the kernels' tiles 128, so TMA zero-fills columns
+// 96-127 of Q, K and V and the O store drops them (cuda/sm90/launch.cuh). Tails in both
+// sequences, GQA, strided BHSD views (the maps' strides are the caller's) and large inputs, both
+// masks.
 class GpuSm90PaddedHeadDim : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
