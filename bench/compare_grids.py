@@ -71,6 +71,11 @@ GRIDS = {
     "hd96": ("head_dim 96, heads 32, batch 16384/seqlen, 512..16k, both dtypes and masks (24)",
              lambda: [Config(STANDARD_TOKENS // s, s, s, 32, 32, 96, t, c)
                       for t in DTYPES for s in STANDARD_SEQLENS for c in (False, True)]),
+    # Not in BENCHMARKS.md: one query row per sequence against a KV cache (decode), GQA 4:1 at
+    # d128 as in Llama-3-8B. Memory-bound: TFLOPS are small, the ratios are what to read.
+    "decode": ("seqlen_q 1, seqlen_k 1k/4k/16k, batch 1/16/64, hq 32 hkv 8 d128 bf16 (9)",
+               lambda: [Config(b, 1, sk, 32, 8, 128, "bf16", False)
+                        for b in (1, 16, 64) for sk in (1024, 4096, 16384)]),
     # CPU-sized (the CPU backend, before any CUDA kernel exists): seconds on a laptop core.
     "tiny": ("CPU-sized: b1 h4 seqlen 256/1000 head_dim 64/128, fp16 and bf16, both masks",
              lambda: [Config(1, s, s, 4, 4, d, t, c) for t in DTYPES for d in (64, 128)
