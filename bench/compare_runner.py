@@ -65,6 +65,11 @@ def time_runs(fn, warmup, iters, budget_s, on_gpu):
     return _summary(_runs_ms(fn, _run_count(fn, iters, budget_s, on_gpu), on_gpu))
 
 
+def _context(make_context):
+    """A fresh context manager from `make_context`, or one that does nothing."""
+    return make_context() if make_context else contextlib.nullcontext()
+
+
 # Untimed runs at the start of every round, so that the timed ones start from the
 # implementation's own steady state and not from the tail of the one before it (its output in
 # the L2, its kernels still draining).
@@ -89,7 +94,7 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
     plans, results = {}, {}
     for name, fn, make_context in timed:
         try:
-            with make_context() if make_context else contextlib.nullcontext():
+            with _context(make_context):
                 for _ in range(warmup):
                     fn()
                 runs = _run_count(fn, iters, budget_s, on_gpu)
@@ -102,7 +107,7 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
         for name in names[start:] + names[:start]:
             fn, make_context, per_round, times = plans[name]
             try:
-                with make_context() if make_context else contextlib.nullcontext():
+                with _context(make_context):
                     for _ in range(ROUND_WARMUP):
                         fn()
                     times += _runs_ms(fn, per_round, on_gpu)

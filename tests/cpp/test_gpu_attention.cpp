@@ -76,6 +76,11 @@ std::string skip_reason(Backend backend, DType dtype, int head_dim, bool causal)
   return "";
 }
 
+// Test names of the suites parameterized by dtype alone.
+std::string dtype_name(const ::testing::TestParamInfo<DType>& info) {
+  return to_string(info.param);
+}
+
 int preferred_head_dim(Backend backend) {
   std::vector<int> dims = supported_head_dims(backend);
   if (dims.empty()) return kPreferredHeadDim;
@@ -236,10 +241,7 @@ TEST_P(GpuSm90TileRows, OneKeyLastTileInEveryRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90TileRows,
-                         ::testing::Values(DType::kFloat16, DType::kBFloat16),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(to_string(info.param));
-                         });
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
 // --- sm90: head_dim 96 runs the 128 kernels with zero-filled columns ---
 
@@ -275,10 +277,7 @@ TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
-                         ::testing::Values(DType::kFloat16, DType::kBFloat16),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(to_string(info.param));
-                         });
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
 // --- caller-provided workspace (AttentionArgs::workspace) ---
 
@@ -383,10 +382,7 @@ TEST_P(GpuWorkspace, HostWorkspaceIsRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
-                         ::testing::Values(DType::kFloat16, DType::kBFloat16),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(to_string(info.param));
-                         });
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
 // Once per head_dim: the preferred one, and 96, which sm90 serves with the d128 kernels.
 class GpuSelection : public ::testing::TestWithParam<int> {};

@@ -42,7 +42,7 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 #pragma unroll
     for (int block = 0; block < Config::kColumnBlocks; ++block) {
       tma_load_4d(smem.q_slab(consumer) + block * kBoxBytesQ, maps.q, smem.q_full(),
-                  block * Config::kBoxCols, tile.row_begin + consumer * Config::kRowsPerConsumer,
+                  block * Config::kBoxCols, sm90_slab_row_begin<Config>(tile, consumer),
                   tile.head, tile.batch);
     }
   }

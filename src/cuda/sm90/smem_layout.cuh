@@ -88,8 +88,7 @@ struct Sm90SmemLayout {
   // warps' stall samples at 512 / d128). Written before the producer's arrival on q_full, read
   // after the consumers' wait; kSm90TileSlotBytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
-    return reinterpret_cast<Sm90Tile*>(barriers() + 2 + 4 * Config::kStages +
-                                       Config::kConsumerWarpgroups);
+    return reinterpret_cast<Sm90Tile*>(barriers() + Config::kBarrierCount);
   }
 };
 

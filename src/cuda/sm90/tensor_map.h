@@ -15,6 +15,7 @@
 
 #include "common/params.h"
 #include "cuda/check.h"
+#include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
 
@@ -49,11 +50,10 @@ struct BshdTensor {
   int64_t row_stride, head_stride, batch_stride;  // in elements
 };
 
-// Encodes `tensor` with a box of (64 elements = 128 bytes, box_rows, 1, 1) and the 128-byte
+// Encodes `tensor` with a box of (kSm90BoxCols = 64 elements = 128 bytes, box_rows, 1, 1) and the 128-byte
 // swizzle. Throws Error (so the API can fall back to sm80) when TMA cannot describe the strides.
 inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, int box_rows) {
   constexpr int kRank = 4;
-  constexpr int kBoxCols = 64;
   constexpr int64_t kElementBytes = 2;
   const auto base = reinterpret_cast<uintptr_t>(tensor.data);
   if (base % kTmaAlignmentBytes != 0) {
@@ -84,7 +84,7 @@ inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, i
     }
     packed_bytes *= sizes[i];
   }
-  const cuuint32_t box_dim[kRank] = {kBoxCols, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box_dim[kRank] = {kSm90BoxCols, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[kRank] = {1, 1, 1, 1};
   const CUtensorMapDataType data_type = dtype == DType::kBFloat16
                                             ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16

@@ -67,6 +67,10 @@ struct Sm90TileShape {
 
 constexpr int kAnySeqlen = 0x7fffffff;
 
+// Elements of one 128-byte swizzled row (16-bit types): the width of a column block, which is
+// both a TMA box's inner dimension and the unit the tiles' head_dim is built from.
+constexpr int kSm90BoxCols = 64;
+
 // The persistent schedules' tile slot behind the mbarriers: the decoded Sm90Tile (four ints,
 // pipeline.cuh checks the size) that the producer hands the consumers with each Q.
 constexpr int kSm90TileSlotBytes = 16;
@@ -169,7 +173,9 @@ static_assert(sm90_rows_ordered(), "kSm90TileTable: 1-4 rows per (head_dim, caus
 // 128-byte swizzled column block that the tiles are built from. 96 runs the 128 kernels, which
 // compute the zero-filled extra columns too: a third more tensor work than a 96-wide tile, but no
 // kernels of its own to tune or compile (docs/kernels_sm90.md has its figures).
-constexpr int sm90_kernel_head_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+constexpr int sm90_kernel_head_dim(int head_dim) {
+  return (head_dim + kSm90BoxCols - 1) / kSm90BoxCols * kSm90BoxCols;
+}
 
 // The general (longest-sequence) row: the defaults of Sm90TileConfig.
 constexpr Sm90TileShape sm90_tile_shape(int head_dim, bool causal = false) {
@@ -236,7 +242,7 @@ struct Sm90TileConfig {
   static constexpr bool kLazyRescale = kHeadDim != 64;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
-  static constexpr int kBoxCols = 64;      // one 128-byte swizzled row per TMA box
+  static constexpr int kBoxCols = kSm90BoxCols;  // one 128-byte swizzled row per TMA box
   static constexpr int kColumnBlocks = kHeadDim / kBoxCols;
   static_assert(kHeadDim % kBoxCols == 0, "head_dim must be a multiple of 64 for 128B swizzle");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "BLOCK_N: multiple of 16, at most 256");
@@ -245,10 +251,10 @@ struct Sm90TileConfig {
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
-  // q full/empty, k/v full/empty per stage, one o_free per consumer (8 bytes each), then the
-  // persistent schedules' tile slot
-  static constexpr int kBarrierBytes =
-      8 * (2 + 4 * kStages + kConsumerWarpgroups) + kSm90TileSlotBytes;
+  // mbarriers (8 bytes each): q full/empty, k/v full/empty per stage, one o_free per consumer;
+  // then the persistent schedules' tile slot (smem_layout.cuh lays them out in this order)
+  static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups;
+  static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = 227 * 1024;
   static constexpr int kCoreSmemBytes =
