@@ -3,7 +3,8 @@
 //   (c) mbarrier expect_tx + TMA 4-D loads of a BSHD tensor through two barrier phases, including a
 //       box that runs past the sequence end (must be zero-filled), read back with the 128B swizzle
 //       formula; then ordinary swizzled stores + fence.proxy.async + TMA store of a box that runs
-//       past the sequence end (those rows must not be written).
+//       past the sequence end (those rows must not be written). The same through the 5-D map of
+//       packed GQA tiles (query heads of a group interleaved in the box's rows).
 //   (d) a 384-thread kernel with setmaxnreg (producer dec, consumers inc), a 256-thread named
 //       barrier between the consumer warpgroups, and an mbarrier that needs 256 arrivals.
 #include <cuda.h>
@@ -139,6 +140,110 @@ TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
         }
   EXPECT_EQ(wrong, 0) << "TMA store of a box clipped at seqlen " << kSeqlen << ": " << wrong
                       << " elements wrong; first:" << first.str();
+}
+
+// (c') The 5-D maps of packed GQA tiles (make_group_packed_tensor_map): a box of 64 rows holds
+// 16 positions of the 4 query heads of one KV group, row r = position r / 4 of head r % 4.
+// Loaded from a box that runs past the sequence end (zero-filled rows), then a pattern stored
+// back through the same map (rows past the end dropped, other heads and groups untouched).
+constexpr int kPackedHeads = 8, kGroup = 4, kPackedHeadDim = 64;
+constexpr int kPackedPositions = kBoxRows / kGroup;
+struct PackedBox {
+  int position, group, batch;
+};
+constexpr PackedBox kPackedTailBox{90, 1, 1};  // positions 90..105 of 100
+
+__global__ void __launch_bounds__(128) tma_packed_round_trip_kernel(
+    const __grid_constant__ CUtensorMap map, uint16_t* loaded, PackedBox box) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ uint64_t bar;
+  const uint32_t base = smem_u32(smem_raw);
+  uint8_t* tile = smem_raw + (((base + 1023u) & ~1023u) - base);
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bar, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(&bar, kBoxBytes);
+    tma_load_5d(tile, &map, &bar, 0, 0, box.position, box.group, box.batch);
+  }
+  mbarrier_wait_parity(&bar, 0);
+  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+    const int r = i / kBoxCols, c = i % kBoxCols;
+    loaded[i] = *reinterpret_cast<const uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+    const int r = i / kBoxCols, c = i % kBoxCols;
+    *reinterpret_cast<uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c)) =
+        static_cast<uint16_t>(1000 + 64 * r + c);
+  }
+  fence_proxy_async_shared();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tma_store_5d(&map, tile, 0, 0, box.position, box.group, box.batch);
+    tma_store_commit_group();
+    tma_store_wait_all();
+  }
+}
+
+TEST(Sm90Tma, PackedGroupBoxInterleavesHeadsAndClipsAtTheEnd) {
+  SKIP_WITHOUT_SM90();
+  const auto index = [](int b, int s, int h, int d) {
+    return ((size_t(b) * kSeqlen + s) * kPackedHeads + h) * kPackedHeadDim + d;
+  };
+  const size_t numel = size_t(kBatch) * kSeqlen * kPackedHeads * kPackedHeadDim;
+  std::vector<uint16_t> input(numel);
+  for (size_t i = 0; i < numel; ++i) input[i] = static_cast<uint16_t>(i % 60000 + 1);  // never 0
+  DeviceBuffer<uint16_t> tensor(input);
+  DeviceBuffer<uint16_t> loaded(kBoxRows * kBoxCols);
+  const BshdTensor view{"packed", tensor.ptr, kPackedHeadDim, kSeqlen, kPackedHeads, kBatch,
+                        kPackedHeads * kPackedHeadDim, kPackedHeadDim,
+                        int64_t(kSeqlen) * kPackedHeads * kPackedHeadDim};
+  const CUtensorMap map =
+      detail::make_group_packed_tensor_map(view, DType::kBFloat16, kGroup, kBoxRows);
+  const int smem = kBoxBytes + 1024;
+  ASSERT_CUDA(cudaFuncSetAttribute(tma_packed_round_trip_kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  tma_packed_round_trip_kernel<<<1, 128, smem>>>(map, loaded.ptr, kPackedTailBox);
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(synchronize_or_exit(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+
+  const PackedBox& box = kPackedTailBox;
+  const std::vector<uint16_t> got = loaded.to_host();
+  std::vector<float> expected(kBoxRows * kBoxCols), actual(kBoxRows * kBoxCols);
+  for (int r = 0; r < kBoxRows; ++r)
+    for (int c = 0; c < kBoxCols; ++c) {
+      const int position = box.position + r / kGroup, head = box.group * kGroup + r % kGroup;
+      expected[r * kBoxCols + c] =
+          position < kSeqlen ? input[index(box.batch, position, head, c)] : 0.0f;
+      actual[r * kBoxCols + c] = got[r * kBoxCols + c];
+    }
+  EXPECT_TRUE(matrices_equal("5-D TMA load of a packed group (row r = position r / 4 of head "
+                             "r % 4; positions >= 100 must be 0)",
+                             expected, actual, kBoxRows, kBoxCols));
+
+  // Store: positions 90..99 of heads 4..7 of batch 1 take the pattern, nothing else changes.
+  const std::vector<uint16_t> out = tensor.to_host();
+  int wrong = 0;
+  std::ostringstream first;
+  for (int b = 0; b < kBatch; ++b)
+    for (int s = 0; s < kSeqlen; ++s)
+      for (int h = 0; h < kPackedHeads; ++h)
+        for (int d = 0; d < kPackedHeadDim; ++d) {
+          const int p = s - box.position, g = h - box.group * kGroup;
+          const bool inside = b == box.batch && p >= 0 && p < kPackedPositions && g >= 0 &&
+                              g < kGroup;
+          const uint16_t want = inside ? static_cast<uint16_t>(1000 + 64 * (p * kGroup + g) + d)
+                                       : input[index(b, s, h, d)];
+          const uint16_t have = out[index(b, s, h, d)];
+          if (want != have && wrong++ < 8)
+            first << "\n  (batch " << b << ", position " << s << ", head " << h << ", col " << d
+                  << "): expected " << want << ", got " << have;
+        }
+  EXPECT_EQ(wrong, 0) << "5-D TMA store of a packed group clipped at seqlen " << kSeqlen << ": "
+                      << wrong << " elements wrong; first:" << first.str();
 }
 
 // (d) Warp specialization skeleton: producer warpgroup gives registers back, consumers take them,

@@ -1,5 +1,5 @@
 // Host side of TMA: encodes the 4-D tensor maps over (head_dim, seqlen, heads, batch) that the
-// Hopper kernel loads Q/K/V and stores O through.
+// Hopper kernel loads Q/K/V and stores O through, and the 5-D ones of its packed GQA tiles.
 //
 // A per-batch seqlen dimension (instead of flattening batch x seqlen) makes TMA zero-fill rows past
 // a sequence's end on loads and drop them on stores, so tails need no special code. The driver
@@ -50,42 +50,48 @@ struct BshdTensor {
   int64_t row_stride, head_stride, batch_stride;  // in elements
 };
 
-// Encodes `tensor` with a box of (kSm90BoxCols = 64 elements = 128 bytes, box_rows, 1, 1) and the 128-byte
-// swizzle. Throws Error (so the API can fall back to sm80) when TMA cannot describe the strides.
-inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, int box_rows) {
-  constexpr int kRank = 4;
+// One dimension of a tensor map, innermost first: its size, its stride in elements (the first
+// dimension's must be 1), its name for error messages, and the box's extent along it.
+struct TensorMapDim {
+  int64_t size;
+  int64_t stride;
+  const char* name;
+  int box;
+};
+
+// Encodes `dims` of `tensor` with the 128-byte swizzle (the box's inner extent must be 64
+// elements). Throws Error (so the API can fall back to sm80) when TMA cannot describe the strides.
+template <int kRank>
+CUtensorMap encode_tensor_map(const BshdTensor& tensor, DType dtype,
+                              const TensorMapDim (&dims)[kRank]) {
   constexpr int64_t kElementBytes = 2;
   const auto base = reinterpret_cast<uintptr_t>(tensor.data);
   if (base % kTmaAlignmentBytes != 0) {
     throw Error(std::string("sm90 backend: ") + tensor.name + " data pointer " +
                 std::to_string(base) + " is not 16-byte aligned, which TMA requires");
   }
-  // Sizes clamp to 1 so that empty key sequences still encode (nothing is loaded from them).
-  const int64_t sizes[kRank] = {tensor.head_dim, tensor.seqlen > 0 ? tensor.seqlen : 1,
-                                tensor.heads > 0 ? tensor.heads : 1,
-                                tensor.batch > 0 ? tensor.batch : 1};
-  const int64_t strides[kRank] = {1, tensor.row_stride, tensor.head_stride, tensor.batch_stride};
-  const char* stride_names[kRank] = {"head_dim", "seqlen", "heads", "batch"};
   cuuint64_t global_dim[kRank];
   cuuint64_t global_stride_bytes[kRank - 1];
+  cuuint32_t box_dim[kRank];
+  cuuint32_t element_strides[kRank];
   int64_t packed_bytes = kElementBytes;  // stride a dense tensor would have
   for (int i = 0; i < kRank; ++i) {
-    global_dim[i] = static_cast<cuuint64_t>(sizes[i]);
+    global_dim[i] = static_cast<cuuint64_t>(dims[i].size);
+    box_dim[i] = static_cast<cuuint32_t>(dims[i].box);
+    element_strides[i] = 1;
     if (i > 0) {
       // A dimension of size 1 is never stepped over; give it the dense stride, whatever the
       // caller's stride is (PyTorch reports arbitrary strides for size-1 dims).
-      int64_t bytes = sizes[i] == 1 ? packed_bytes : strides[i] * kElementBytes;
+      int64_t bytes = dims[i].size == 1 ? packed_bytes : dims[i].stride * kElementBytes;
       if (bytes % kTmaAlignmentBytes != 0 || bytes >= (int64_t(1) << 40)) {
-        throw Error(std::string("sm90 backend: stride of dim ") + stride_names[i] + " of " +
-                    tensor.name + " is " + std::to_string(strides[i]) +
+        throw Error(std::string("sm90 backend: stride of dim ") + dims[i].name + " of " +
+                    tensor.name + " is " + std::to_string(dims[i].stride) +
                     " elements; TMA needs a multiple of 8 elements (16 bytes) below 2^39");
       }
       global_stride_bytes[i - 1] = static_cast<cuuint64_t>(bytes);
     }
-    packed_bytes *= sizes[i];
+    packed_bytes *= dims[i].size;
   }
-  const cuuint32_t box_dim[kRank] = {kSm90BoxCols, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[kRank] = {1, 1, 1, 1};
   const CUtensorMapDataType data_type = dtype == DType::kBFloat16
                                             ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -95,15 +101,46 @@ inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, i
       box_dim, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
+    std::string box;
+    for (int i = 0; i < kRank; ++i) box += (i > 0 ? ", " : "") + std::to_string(dims[i].box);
     throw Error(std::string("sm90 backend: cuTensorMapEncodeTiled failed for ") + tensor.name +
                 " (CUresult " + std::to_string(static_cast<int>(status)) + "), shape [" +
                 std::to_string(tensor.batch) + ", " + std::to_string(tensor.seqlen) + ", " +
                 std::to_string(tensor.heads) + ", " + std::to_string(tensor.head_dim) +
                 "], strides [" + std::to_string(tensor.batch_stride) + ", " +
                 std::to_string(tensor.row_stride) + ", " + std::to_string(tensor.head_stride) +
-                ", 1] elements, box rows " + std::to_string(box_rows));
+                ", 1] elements, box [" + box + "] (innermost first)");
   }
   return map;
+}
+
+// Sizes clamp to 1 so that empty key sequences still encode (nothing is loaded from them).
+inline int64_t at_least_1(int size) { return size > 0 ? size : 1; }
+
+// The 4-D map over (head_dim, seqlen, heads, batch) with a box of (kSm90BoxCols = 64 elements =
+// 128 bytes, box_rows, 1, 1).
+inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, int box_rows) {
+  const TensorMapDim dims[4] = {
+      {tensor.head_dim, 1, "head_dim", kSm90BoxCols},
+      {at_least_1(tensor.seqlen), tensor.row_stride, "seqlen", box_rows},
+      {at_least_1(tensor.heads), tensor.head_stride, "heads", 1},
+      {at_least_1(tensor.batch), tensor.batch_stride, "batch", 1}};
+  return encode_tensor_map(tensor, dtype, dims);
+}
+
+// The 5-D map over (head_dim, head in group, seqlen, group, batch) of a tensor of
+// `group` x `groups` heads, with a box of (64, group, box_rows / group, 1, 1): box row r is
+// position r / group of head r % group, so one box holds every query head of a KV group (the
+// Hopper kernel's packed tiles, Sm90TileConfig::kPacksGroups). `group` divides box_rows.
+inline CUtensorMap make_group_packed_tensor_map(const BshdTensor& tensor, DType dtype, int group,
+                                                int box_rows) {
+  const TensorMapDim dims[5] = {
+      {tensor.head_dim, 1, "head_dim", kSm90BoxCols},
+      {group, tensor.head_stride, "heads", group},
+      {at_least_1(tensor.seqlen), tensor.row_stride, "seqlen", box_rows / group},
+      {tensor.heads / group, group * tensor.head_stride, "heads (groups)", 1},
+      {at_least_1(tensor.batch), tensor.batch_stride, "batch", 1}};
+  return encode_tensor_map(tensor, dtype, dims);
 }
 
 }  // namespace flashcore::detail
