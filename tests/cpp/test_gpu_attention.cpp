@@ -279,6 +279,61 @@ TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
+// --- sm90: the query heads of a KV group packed into one tile's rows ---
+
+// GQA calls with a power-of-two group and seqlen_q <= 64 run packed tiles
+// (detail::sm90_packs_query_groups): row r of a tile is position r / G of the group's head
+// r % G, loaded and stored through 5-D tensor maps, the causal limit and the lse index taken from
+// that position and head. Every group size from 2 to 64, decode and short causal queries with
+// tails (fewer keys than queries: rows with no visible key), strided layouts and large inputs,
+// every head_dim; and the lengths and groups on either side of the rule, which stay unpacked.
+class GpuSm90PackedGroups : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90PackedGroups, MatchesReferenceForEveryGroupAndMask) {
+  const DType dtype = GetParam();
+  struct Case {
+    testing::ProblemShape shape;
+    Layout layout = Layout::kBSHD;
+    float stddev = 1.0f;
+  };
+  std::vector<Case> cases;
+  for (int head_dim : {64, 96, 128, 256}) {  // decode, GQA 4:1, both masks
+    for (bool causal : {false, true}) {
+      for (int seqlen_k : {1, 1000}) {
+        Case c{make_shape(1, seqlen_k, 8, 2, causal, 2)};
+        c.shape.head_dim = head_dim;
+        cases.push_back(c);
+      }
+    }
+  }
+  for (auto [hq, hkv] : {std::pair{4, 2}, {16, 2}, {32, 2}, {32, 1}, {64, 1}}) {  // G 2..64
+    cases.push_back({make_shape(1, 300, hq, hkv, false, 3)});
+    cases.push_back({make_shape(5, 129, hq, hkv, true, 2)});
+  }
+  for (int seqlen_q : {2, 17, 64}) {  // short causal queries (speculative decoding, chunks)
+    for (int seqlen_k : {seqlen_q, 700}) {
+      cases.push_back({make_shape(seqlen_q, seqlen_k, 8, 1, true, 2)});
+    }
+  }
+  cases.push_back({make_shape(17, 5, 8, 2, true)});    // rows 0-11 see no key
+  cases.push_back({make_shape(33, 200, 8, 2, false)});  // 132 rows: a second, partial tile
+  cases.push_back({make_shape(5, 257, 8, 2, true, 2), Layout::kBHSD});
+  cases.push_back({make_shape(33, 33, 8, 2, true, 2), Layout::kPackedQKV});  // needs sq == sk
+  cases.push_back({make_shape(1, 512, 8, 2, false), Layout::kBSHD, kLargeStddev});
+  // Unpacked: one position past the rule, and a group that is not a power of two.
+  cases.push_back({make_shape(65, 300, 8, 2, true)});
+  cases.push_back({make_shape(1, 300, 6, 2, false)});
+  for (Case& c : cases) {
+    c.shape.dtype = dtype;
+    if (c.shape.head_dim == 0) c.shape.head_dim = kPreferredHeadDim;
+    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
+    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PackedGroups,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
+
 // --- caller-provided workspace (AttentionArgs::workspace) ---
 
 // A shape that takes the sm90 persistent schedule (seqlen <= 4096 rows of the tile table).

@@ -38,7 +38,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const Sm90QRelease& release) {
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
-  const int seqlen_q = params.seqlen_q_of(batch);
+  const int group_shift = sm90_group_shift<Config>(params);  // packed tiles: head = KV head
+  const int query_rows = sm90_query_rows(params, batch, group_shift);
 
   float inv_sum[2], lse[2];
   softmax.finalize(inv_sum, lse);
@@ -48,7 +49,10 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = slab_row_begin + row0 + 8 * r;
-      if (row >= 0 && row < seqlen_q) params.lse[params.lse_offset(batch, head, row)] = lse[r];
+      const int head_q = (head << group_shift) + (row & ((1 << group_shift) - 1));
+      if (row >= 0 && row < query_rows) {
+        params.lse[params.lse_offset(batch, head_q, row >> group_shift)] = lse[r];
+      }
     }
   }
 
@@ -69,11 +73,16 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   if (thread_in_warpgroup == 0) {
-    if (sm90_slab_has_rows<Config>(slab_row_begin, seqlen_q)) {
+    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows)) {
 #pragma unroll
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
-        tma_store_4d(map_o, o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes,
-                     block * Config::kBoxCols, slab_row_begin, head, batch);
+        const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
+        if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
+          tma_store_5d(map_o, src, block * Config::kBoxCols, 0, slab_row_begin >> group_shift,
+                       head, batch);
+        } else {
+          tma_store_4d(map_o, src, block * Config::kBoxCols, slab_row_begin, head, batch);
+        }
       }
       tma_store_commit_group();
     }

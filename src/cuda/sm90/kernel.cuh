@@ -62,7 +62,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // causal 2k +1.9%, 4k +2.5%. In every CTA the extra path cost d256 causal ~2% (its kernels
   // changed, not its work: 128-row tiles of the standard lengths have no rowless consumer) and
   // the one-tile d64 kernel 8k 3.7%, so elsewhere the kernel is as before.
-  constexpr bool kSkipsRowlessConsumers = kPersistent && Config::kConsumerWarpgroups == 3;
+  // Packed GQA tiles (Config::kPacksGroups) skip them too: a decode tile has G rows.
+  constexpr bool kSkipsRowlessConsumers =
+      kPersistent && (Config::kConsumerWarpgroups == 3 || Config::kPacksGroups);
   if (threadIdx.x == 0) {
     mbarrier_init(smem.q_full(), 1);
     mbarrier_init(smem.q_empty(), Config::kQEmptyArrivals);
@@ -101,8 +103,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
-            mask.kv_tiles(tile.row_begin, Config::kBlockM, Config::kBlockN);
-        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, kPersistent, state);
+            sm90_kv_tiles<Config>(mask, tile.row_begin, tile_order.group_shift);
+        sm90_produce<Config>(smem, maps, params, tile, kv_tiles, tile_order.group_shift,
+                             kPersistent, state);
         if (!kPersistent) break;
         index = kClaimsTiles ? sm90_claim_next_tile(tile_counters.get())
                              : index + static_cast<int>(gridDim.x);
@@ -143,11 +146,11 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       }
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
-          mask.kv_tiles(tile.row_begin, Config::kBlockM, Config::kBlockN);
+          sm90_kv_tiles<Config>(mask, tile.row_begin, tile_order.group_shift);
       if constexpr (sm90_is_overlapped(kSchedule)) {
         const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-        if (!kSkipsRowlessConsumers ||
-            sm90_slab_has_rows<Config>(slab_row_begin, params.seqlen_q_of(tile.batch))) {
+        const int rows = sm90_query_rows(params, tile.batch, tile_order.group_shift);
+        if (!kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) {
           sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
                                                            consumer, thread_in_warpgroup, state,
                                                            release, turns);

@@ -47,6 +47,13 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
                 " called with head_dim " + std::to_string(params.head_dim));
   }
+  if (Config::kPacksGroups &&
+      !sm90_packs_query_groups(params.heads_q, params.heads_kv, params.seqlen_q)) {
+    throw Error("sm90 backend: packed GQA kernel called with heads_q " +
+                std::to_string(params.heads_q) + ", heads_kv " + std::to_string(params.heads_kv) +
+                ", seqlen_q " + std::to_string(params.seqlen_q) +
+                " (needs a power-of-two group of at most 64 and seqlen_q <= 64)");
+  }
   // The tensor maps carry the call's head_dim, the boxes the kernel's: a padded head_dim's
   // extra columns are zero-filled on the Q, K and V loads and dropped by the O store.
   const int head_dim = params.head_dim;
@@ -58,10 +65,18 @@ void run_sm90_forward_configured(const AttentionParams& params) {
                 std::to_string(INT_MAX));
   }
 
-  const CUtensorMap map_q = make_bshd_tensor_map(
-      {"q", params.q, head_dim, params.seqlen_q, params.heads_q, params.batch, params.q_row_stride,
-       params.q_head_stride, params.q_batch_stride},
-      kDType, Config::kRowsPerConsumer);
+  // Q and O: one 64-row slab per box, of one head, or packed of every query head of a KV group.
+  const auto q_or_o_map = [&](const BshdTensor& tensor) {
+    if constexpr (Config::kPacksGroups) {
+      return make_group_packed_tensor_map(tensor, kDType, params.group_size(),
+                                          Config::kRowsPerConsumer);
+    } else {
+      return make_bshd_tensor_map(tensor, kDType, Config::kRowsPerConsumer);
+    }
+  };
+  const CUtensorMap map_q =
+      q_or_o_map({"q", params.q, head_dim, params.seqlen_q, params.heads_q, params.batch,
+                  params.q_row_stride, params.q_head_stride, params.q_batch_stride});
   BshdTensor k{"k", params.k, head_dim, params.seqlen_k, params.heads_kv, params.batch,
                params.k_row_stride, params.k_head_stride, params.k_batch_stride};
   BshdTensor v{"v", params.v, head_dim, params.seqlen_k, params.heads_kv, params.batch,
@@ -74,10 +89,9 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
   const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, Config::kBlockN);
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
-  const CUtensorMap map_o = make_bshd_tensor_map(
-      {"out", params.out, head_dim, params.seqlen_q, params.heads_q, params.batch,
-       params.o_row_stride, params.o_head_stride, params.o_batch_stride},
-      kDType, Config::kRowsPerConsumer);
+  const CUtensorMap map_o =
+      q_or_o_map({"out", params.out, head_dim, params.seqlen_q, params.heads_q, params.batch,
+                  params.o_row_stride, params.o_head_stride, params.o_batch_stride});
 
   constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
   raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
@@ -122,11 +136,27 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
   run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
 }
 
-// The library's entry: the tile table's row for this call's seqlen_q bucket. A head_dim that is
-// not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
+// Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_tile_shape names, its kernel
+// built with Config::kPacksGroups.
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm90_forward_packed(const AttentionParams& params) {
+  constexpr Sm90TileShape kShape = sm90_packed_tile_shape(kHeadDim, kCausal);
+  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers,
+                                kShape.l2_reuse_mib, /*kPacksGroups_=*/true>;
+  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
+}
+
+// The library's entry: packed GQA tiles where they pay, else the tile table's row for this
+// call's seqlen_q bucket. A head_dim that is not a multiple of 64 (96) runs the next one's
+// kernels (sm90_kernel_head_dim).
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  run_sm90_forward_from_row<kDType, sm90_kernel_head_dim(kHeadDim), kCausal, 0>(params);
+  constexpr int kKernelHeadDim = sm90_kernel_head_dim(kHeadDim);
+  if (sm90_packs_query_groups(params.heads_q, params.heads_kv, params.seqlen_q)) {
+    run_sm90_forward_packed<kDType, kKernelHeadDim, kCausal>(params);
+    return;
+  }
+  run_sm90_forward_from_row<kDType, kKernelHeadDim, kCausal, 0>(params);
 }
 
 }  // namespace flashcore::detail

@@ -15,7 +15,7 @@ namespace flashcore::detail {
 
 struct Sm90Tile {
   int m_block;    // which BLOCK_M rows of the query sequence
-  int head;       // query head
+  int head;       // query head (packed tiles: KV head)
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
 };
@@ -28,28 +28,60 @@ __device__ __forceinline__ int sm90_slab_row_begin(const Sm90Tile& tile, int con
   return tile.row_begin + consumer * Config::kRowsPerConsumer;
 }
 
+// Tile rows and query positions. A tile's rows are query positions of one head, or with
+// Config::kPacksGroups the positions of a KV group's G query heads interleaved (row r: position
+// r >> shift of the group's head r & (G - 1), G = 1 << shift). Unpacked the shift is a constant 0
+// and every function below is what it was before packing existed.
+template <class Config>
+FC_HOST_DEVICE int sm90_group_shift(const AttentionParams& params) {
+  if (!Config::kPacksGroups) return 0;
+  int shift = 0;
+  while ((1 << shift) < params.group_size()) ++shift;  // G is a power of two, at most 64
+  return shift;
+}
+
+// Rows of a (batch, head or KV group)'s query block sequence.
+FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
+  return params.seqlen_q_of(batch) << group_shift;
+}
+
+// The heads that tiles run over: query heads, or packed, KV heads.
+template <class Config>
+FC_HOST_DEVICE int sm90_tile_heads(const AttentionParams& params) {
+  return Config::kPacksGroups ? params.heads_kv : params.heads_q;
+}
+
 // BLOCK_M-row blocks of the query sequence: the one count the launcher, the tile order and the
 // producer's loop bound all derive from.
 template <class Config>
 FC_HOST_DEVICE int sm90_m_blocks(const AttentionParams& params) {
-  return ceil_div(params.seqlen_q, Config::kBlockM);
+  return ceil_div(params.seqlen_q << sm90_group_shift<Config>(params), Config::kBlockM);
 }
 
 // Number of output tiles: CTAs of a one-tile-per-CTA launch, claims of a persistent one.
 template <class Config>
 FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params) {
-  return int64_t(sm90_m_blocks<Config>(params)) * params.heads_q * params.batch;
+  return int64_t(sm90_m_blocks<Config>(params)) * sm90_tile_heads<Config>(params) * params.batch;
+}
+
+// The KV tiles that `tile`'s rows visit (packed: the positions its rows hold).
+template <class Config, bool kCausal>
+__device__ __forceinline__ KvTileRange sm90_kv_tiles(const MaskPolicy<kCausal>& mask,
+                                                     int row_begin, int group_shift) {
+  return mask.kv_tiles(row_begin >> group_shift, Config::kBlockM >> group_shift, Config::kBlockN);
 }
 
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
-// Query heads of one KV group count once (they read the same K/V).
+// Query heads of one KV group count once (they read the same K/V); packed tiles run over KV
+// heads already.
 template <class Config>
 FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
   const int64_t kv_bytes = int64_t(params.seqlen_k) * Config::kHeadDim * 2 * Config::kElementBytes;
-  const int group = params.heads_kv > 0 ? params.heads_q / params.heads_kv : 1;
+  const int group =
+      Config::kPacksGroups ? 1 : params.heads_kv > 0 ? params.heads_q / params.heads_kv : 1;
   const int64_t kv_heads = kv_bytes > 0 ? Config::kL2ReuseBytes / kv_bytes : Config::kL2ReuseBytes;
   const int64_t heads = (kv_heads > 0 ? kv_heads : 1) * (group > 0 ? group : 1);
-  const int64_t total = int64_t(params.heads_q) * params.batch;
+  const int64_t total = int64_t(sm90_tile_heads<Config>(params)) * params.batch;
   return static_cast<int>(heads < total ? heads : total);
 }
 
@@ -62,13 +94,15 @@ FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
 // division, which the producer used to repeat for every tile between claiming it and loading it.
 template <class Config, bool kCausal>
 struct Sm90TileOrder {
+  int group_shift;  // sm90_group_shift
   int m_blocks;
   int heads_times_batch;
   int per_section;  // (head, batch) pairs per L2 section
 
   __device__ __forceinline__ explicit Sm90TileOrder(const AttentionParams& params)
-      : m_blocks(sm90_m_blocks<Config>(params)),
-        heads_times_batch(params.heads_q * params.batch),
+      : group_shift(sm90_group_shift<Config>(params)),
+        m_blocks(sm90_m_blocks<Config>(params)),
+        heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
         per_section(sm90_heads_per_section<Config>(params)) {}
 
   // Tile `index` of the launch.
@@ -80,10 +114,10 @@ struct Sm90TileOrder {
     Sm90Tile tile;
     tile.m_block = m_blocks - 1 - rest / pairs;
     const int pair = first_pair + rest % pairs;
-    tile.head = pair % params.heads_q;
-    tile.batch = pair / params.heads_q;
-    tile.row_begin =
-        sm90_block_row_begin<Config, kCausal>(tile.m_block, params.seqlen_q_of(tile.batch));
+    tile.head = pair % sm90_tile_heads<Config>(params);
+    tile.batch = pair / sm90_tile_heads<Config>(params);
+    tile.row_begin = sm90_block_row_begin<Config, kCausal>(
+        tile.m_block, sm90_query_rows(params, tile.batch, group_shift));
     return tile;
   }
 };

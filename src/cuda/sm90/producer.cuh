@@ -29,9 +29,12 @@ struct Sm90TensorMaps {
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
 // sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
+// Packed tiles (5-D map over (head_dim, head in group, seqlen, KV head, batch)): a slab is
+// 64 >> group_shift positions of every head of the group.
 template <class Config>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
-                                            const Sm90TensorMaps& maps, const Sm90Tile& tile) {
+                                            const Sm90TensorMaps& maps, const Sm90Tile& tile,
+                                            int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
   const int slabs_before_row_0 = sm90_slabs_before_row_0<Config>(tile.row_begin);
   mbarrier_arrive_expect_tx(smem.q_full(),
@@ -41,9 +44,15 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
     if (consumer < slabs_before_row_0) continue;
 #pragma unroll
     for (int block = 0; block < Config::kColumnBlocks; ++block) {
-      tma_load_4d(smem.q_slab(consumer) + block * kBoxBytesQ, maps.q, smem.q_full(),
-                  block * Config::kBoxCols, sm90_slab_row_begin<Config>(tile, consumer),
-                  tile.head, tile.batch);
+      uint8_t* dst = smem.q_slab(consumer) + block * kBoxBytesQ;
+      const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
+      if constexpr (Config::kPacksGroups) {
+        tma_load_5d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, 0,
+                    slab_row_begin >> group_shift, tile.head, tile.batch);
+      } else {
+        tma_load_4d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, slab_row_begin,
+                    tile.head, tile.batch);
+      }
     }
   }
 }
@@ -86,9 +95,10 @@ template <class Config>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
                                              const AttentionParams& params, const Sm90Tile& tile,
-                                             const KvTileRange& kv_tiles, bool persistent,
+                                             const KvTileRange& kv_tiles, int group_shift,
+                                             bool persistent,
                                              Sm90TileLoopState<Config::kStages>& state) {
-  const int kv_head = params.kv_head_of(tile.head);
+  const int kv_head = Config::kPacksGroups ? tile.head : params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
   const bool o_in_v_ring = persistent && Config::kOStagingInVRing;
   const uint32_t previous_tile_parity = state.q_phase ^ 1;
@@ -109,7 +119,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
       mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
   }
-  sm90_load_q(smem, maps, tile);
+  sm90_load_q(smem, maps, tile, group_shift);
   for (int step = 1; step < count; ++step) {
     sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
     load_v(step - 1);

@@ -193,22 +193,57 @@ constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
 #endif
 }
 
+// GQA tiles with the query heads of a KV group packed into their rows (Sm90TileConfig::
+// kPacksGroups): row r of a tile is query position r / G of the group's head r % G, so one tile
+// reads the group's K/V once for all G heads. Unpacked, a call with few query rows gives every
+// query head a tile of its own that is mostly empty rows, and each of those tiles reads the
+// group's K/V again: decode (seqlen_q 1, GQA 4:1, d128) ran at 1.4 TB/s of K/V against cuDNN's
+// 3.0 (docs/results/2026-11-21_h100_a683102_decode). Packed when G is a power of two (the row
+// split is a shift) of at most 64 (a consumer's 64-row slab holds whole positions) and seqlen_q
+// is at most half a 128-row tile: from there on unpacked tiles are mostly full and the G tiles of
+// a group share its K/V through the L2 (the tile order's sections).
+constexpr int kSm90MaxPackedGroup = 64;
+constexpr int kSm90MaxPackedSeqlenQ = 64;
+
+constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) {
+  if (heads_kv <= 0 || heads_q % heads_kv != 0) return false;
+  const int group = heads_q / heads_kv;
+  const bool power_of_two = (group & (group - 1)) == 0;
+  return group > 1 && power_of_two && group <= kSm90MaxPackedGroup &&
+         seqlen_q <= kSm90MaxPackedSeqlenQ;
+}
+
+// The tile row of packed calls: the table's shortest-sequence row (persistent at every head_dim),
+// whose own bucket holds every length that is packed.
+constexpr Sm90TileShape sm90_packed_tile_shape(int head_dim, bool causal) {
+  return sm90_tile_row(head_dim, causal, 0);
+}
+static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(64, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(128, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(128, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ,
+              "packed calls run the row that serves their lengths unpacked");
+
 // A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
-// (dev/sm90/check_sm90 --sweep).
+// (dev/sm90/check_sm90 --sweep). kPacksGroups_: the tiles' rows hold the query heads of a KV
+// group (sm90_packs_query_groups).
 template <int kHeadDim_, int kBlockN_ = sm90_tile_shape(kHeadDim_).block_n,
           int kStages_ = sm90_tile_shape(kHeadDim_).stages,
           int kConsumers_ = sm90_tile_shape(kHeadDim_).consumers,
-          int kL2ReuseMiB_ = kSm90L2ReuseMiB>
+          int kL2ReuseMiB_ = kSm90L2ReuseMiB, bool kPacksGroups_ = false>
 struct Sm90TileConfig {
   static_assert(kBlockN_ > 0 && kStages_ > 0, "head_dim has no row in kSm90TileTable");
   static_assert(kConsumers_ == 2 || kConsumers_ == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kPacksGroups = kPacksGroups_;
   static constexpr int kConsumerWarpgroups = kConsumers_;
   // Bytes of K and V that the CTAs running at one time should share through the L2 (50 MB on an
   // H100 / H200): the tile order's section size (Sm90TileOrder).
   static constexpr int64_t kL2ReuseBytes = int64_t(kL2ReuseMiB_) << 20;
   static constexpr int kRowsPerConsumer = 64;  // wgmma M
+  static_assert(!kPacksGroups || kRowsPerConsumer % kSm90MaxPackedGroup == 0,
+                "packed tiles: every slab must start at a whole query position");
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
