@@ -10,7 +10,7 @@
 //                                                   which breaks CUDA graph capture, and refuses
 //                                                   tensors that require grad.
 // Both take an optional workspace (device pointer as an int, and its size in bytes) of at least
-// attention_workspace_bytes(q) bytes; the Python wrappers allocate it with the array's own
+// attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it with the array's own
 // allocator (torch's caching allocator: free, and safe under CUDA graph capture).
 // flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message.
 #include <nanobind/nanobind.h>
@@ -229,11 +229,13 @@ std::string select_dlpack(const InputArray& q, const InputArray& k, const InputA
       /*workspace_bytes=*/0)));
 }
 
-// Workspace bytes of a call on q (only q's device matters today; the C++ function takes the whole
-// call so that a schedule needing more, e.g. split-KV, can size it).
-size_t workspace_bytes_for(const TensorView& q) {
+// Workspace bytes of a call on q and k (k sets the sm90 split-KV partials' size; without it the
+// answer covers any k, see flashcore.h).
+size_t workspace_bytes_for(const TensorView& q, const std::optional<TensorView>& k, bool causal) {
   flashcore::AttentionArgs args;
   args.q = q;
+  if (k) args.k = *k;
+  args.causal = causal;
   return flashcore::attention_workspace_bytes(args);
 }
 
@@ -264,12 +266,22 @@ NB_MODULE(_flashcore, m) {
         "The backend attention_forward would run for these arguments, or FlashCoreError.");
   m.def(
       "attention_workspace_bytes",
-      [](const InputArray& q) { return workspace_bytes_for(view_of(q, "q")); }, nb::arg("q"),
-      "Bytes of device workspace a call on q needs (0 on the host).");
+      [](const InputArray& q, const std::optional<InputArray>& k, bool causal) {
+        std::optional<TensorView> k_view;
+        if (k) k_view = view_of(*k, "k");
+        return workspace_bytes_for(view_of(q, "q"), k_view, causal);
+      },
+      nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
+      "Bytes of device workspace a call on q (and k) needs (0 on the host).");
   m.def(
       "attention_workspace_bytes_raw",
-      [](const RawTensor& q) { return workspace_bytes_for(view_of_raw(q, "q")); }, nb::arg("q"),
-      "attention_workspace_bytes for q given as a raw tensor tuple.");
+      [](const RawTensor& q, const std::optional<RawTensor>& k, bool causal) {
+        std::optional<TensorView> k_view;
+        if (k) k_view = view_of_raw(*k, "k");
+        return workspace_bytes_for(view_of_raw(q, "q"), k_view, causal);
+      },
+      nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
+      "attention_workspace_bytes for tensors given as raw tensor tuples.");
   m.def(
       "backend_available",
       [](const std::string& backend, int device_index) {

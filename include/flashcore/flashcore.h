@@ -77,7 +77,8 @@ struct AttentionArgs {
   bool causal = false;
   Backend backend = Backend::kAuto;
   CUstream_st* stream = nullptr;        // CUDA backends only; nullptr is the legacy default stream
-  // Scratch device memory for the CUDA backends (today the persistent schedules' tile counters),
+  // Scratch device memory for the CUDA backends (the persistent schedules' tile counters and,
+  // on sm90, the partial results of decode-sized calls that split their keys over several CTAs),
   // so that the library never allocates on the forward path. Contract: memory of the tensors'
   // device, 4-byte aligned, at least attention_workspace_bytes(args) bytes. The library zeroes
   // what it uses with cudaMemsetAsync on args.stream before the launch (no host sync, legal
@@ -85,6 +86,7 @@ struct AttentionArgs {
   // anything else until the call's work on args.stream has finished. Without a workspace the
   // sm90 backend falls back to a small static pool of counters that concurrent launches on
   // different streams (or graph replays) may share: pass a workspace when launches can overlap.
+  // Without one, calls that would split their keys (batch-1 decode, say) run unsplit, slower.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
@@ -93,9 +95,12 @@ struct AttentionArgs {
 // CUDA backends are asynchronous on args.stream. Returns the backend that ran.
 Backend attention_forward(const AttentionArgs& args);
 
-// Bytes of workspace the call needs: two uint32 tile counters (8 bytes) for tensors on a CUDA
-// device, 0 for host tensors (cpu/reference). Depends only on the tensors' device today, but may
-// grow (e.g. per-tile partial results of a split-KV schedule): always ask rather than hard-code.
+// Bytes of workspace the call needs: 0 for host tensors (cpu/reference); on a CUDA device two
+// uint32 tile counters (8 bytes), or for a call the sm90 kernel runs with split keys (a
+// power-of-two GQA group, seqlen_q <= 64, too few tiles to fill the GPU) its partial results
+// too, (head_dim + 1) floats per (split, batch, head, query row). Depends on the shapes of q and
+// k, causal and the device: always ask rather than hard-code. With args.k left empty the answer
+// holds for any k (at most the SMs x 192 x (head_dim + 1) x 4 bytes of a split call).
 size_t attention_workspace_bytes(const AttentionArgs& args);
 
 // The backend attention_forward would choose, or an Error explaining why none fits.

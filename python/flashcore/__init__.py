@@ -88,15 +88,19 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, ou
         out=out, backend=backend, stream=stream)
 
 
-def attention_workspace_bytes(q):
-    """Bytes of device workspace a call on `q` needs (0 for host arrays). `attention` allocates
-    it itself from the array's allocator; this is for code that manages its own buffers."""
+def attention_workspace_bytes(q, k=None, *, causal=False):
+    """Bytes of device workspace a call on `q` and `k` needs (0 for host arrays). `attention`
+    allocates it itself from the array's allocator; this is for code that manages its own
+    buffers. On a Hopper GPU decode-sized calls split the keys over several CTAs and keep partial
+    results there, sized from k's shape; without k the answer holds for any k (up to a few MB)."""
     if _is_torch_tensor(q):
         from . import torch as _flashcore_torch
 
-        return _flashcore_torch.workspace_bytes(q)
+        return _flashcore_torch.workspace_bytes(q, k, causal)
     _arrays.check_array("q", q)
-    return _arrays.workspace_bytes(q)
+    if k is not None:
+        _arrays.check_array("k", k)
+    return _arrays.workspace_bytes(q, k, causal)
 
 
 def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):

@@ -91,14 +91,15 @@ def _allocate_outputs(q, out, return_lse):
     return out, lse
 
 
-def workspace_bytes(q):
-    """attention_workspace_bytes for a NumPy/DLPack array (NumPy bfloat16 has no DLPack)."""
-    if _is_numpy_bfloat16(q):
-        return _flashcore.attention_workspace_bytes_raw(_numpy_raw("q", q))
-    return _flashcore.attention_workspace_bytes(q)
+def workspace_bytes(q, k=None, causal=False):
+    """attention_workspace_bytes for NumPy/DLPack arrays (NumPy bfloat16 has no DLPack)."""
+    if _is_numpy_bfloat16(q) or (k is not None and _is_numpy_bfloat16(k)):
+        k_raw = None if k is None else _numpy_raw("k", k)
+        return _flashcore.attention_workspace_bytes_raw(_numpy_raw("q", q), k_raw, bool(causal))
+    return _flashcore.attention_workspace_bytes(q, k, bool(causal))
 
 
-def _workspace(q, stream):
+def _workspace(q, k, causal, stream):
     """(array, pointer, bytes) of the call's device workspace, from CuPy's pool for CuPy arrays
     (allocated on the launch stream, so the pool orders its reuse after the kernel). None for
     host arrays, which need none, and for arrays whose allocator FlashCore does not know (JAX,
@@ -106,7 +107,7 @@ def _workspace(q, stream):
     xp = _array_module(q)
     if xp is None or xp is np:
         return None, 0, 0
-    nbytes = _flashcore.attention_workspace_bytes(q)
+    nbytes = _flashcore.attention_workspace_bytes(q, k, causal)
     if nbytes == 0:
         return None, 0, 0
     with xp.cuda.ExternalStream(stream):
@@ -127,7 +128,7 @@ def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend
         _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
     else:
         stream = _default_stream(q, stream)
-        workspace, workspace_ptr, workspace_bytes = _workspace(q, stream)
+        workspace, workspace_ptr, workspace_bytes = _workspace(q, k, causal, stream)
         _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend, stream,
                                      workspace_ptr, workspace_bytes)
         del workspace  # back to CuPy's pool of the launch stream

@@ -86,20 +86,24 @@ def _current_stream(tensor):
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
-def workspace_bytes(q):
-    """flashcore.attention_workspace_bytes for a torch tensor (BSHD or BHSD: only its device
-    matters today)."""
+def workspace_bytes(q, k=None, causal=False):
+    """flashcore.attention_workspace_bytes for torch tensors in BSHD layout (k sets the size of
+    the split-KV partials; without it the answer holds for any k)."""
     _check_tensor("q", q)
-    return _flashcore.attention_workspace_bytes_raw(_raw("q", q))
+    k_raw = None
+    if k is not None:
+        _check_tensor("k", k)
+        k_raw = _raw("k", k)
+    return _flashcore.attention_workspace_bytes_raw(_raw("q", q), k_raw, bool(causal))
 
 
-def _workspace(q_raw, q, record_on):
+def _workspace(q_raw, k_raw, causal, q, record_on):
     """Scratch device memory for the call (the library never allocates): from torch's caching
     allocator, so it costs nothing after warm-up and is recorded by CUDA graph capture. None on
     the host. `record_on` is the launch stream when that is not torch's current stream: the
     workspace is marked as used there, so that the allocator does not hand it out again while
     the kernel may still run."""
-    nbytes = _flashcore.attention_workspace_bytes_raw(q_raw)
+    nbytes = _flashcore.attention_workspace_bytes_raw(q_raw, k_raw, causal)
     if nbytes == 0:
         return None
     workspace = q.new_empty((nbytes,), dtype=_UINT8)
@@ -122,7 +126,7 @@ def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, bac
 
 def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
          record_on):
-    workspace = _workspace(q_raw, q, record_on)  # alive until the call returns
+    workspace = _workspace(q_raw, k_raw, causal, q, record_on)  # alive until the call returns
     workspace_ptr, nbytes = (0, 0) if workspace is None else (workspace.data_ptr(),
                                                               workspace.numel())
     return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw, softmax_scale,

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "api/kernel_registry.h"
+#include "cuda/sm90/tile_config.h"
 
 #ifdef FLASHCORE_HAS_CUDA
 #include "cuda/device_info.h"
@@ -214,6 +215,45 @@ std::string device_name(const Device& device) {
   return "cuda:" + std::to_string(device.index);
 }
 
+// The sm90 split-KV partials (sm90_kv_split_plan) of a call that the sm90 backend may run: a
+// Hopper device, fp16 / bf16, backend auto or sm90. Without k (the Python helpers' q-only
+// question) the plan's bound for any k: a split launch has at most one CTA per SM, each with at
+// most a 192-row tile, so splits x rows <= SMs x 192, and splits <= kSm90MaxKvSplits.
+size_t split_kv_workspace_bytes(const AttentionArgs& args) {
+#ifdef FLASHCORE_HAS_CUDA
+  const TensorView &q = args.q, &k = args.k;
+  const bool half_precision = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
+  const bool may_run_sm90 = args.backend == Backend::kAuto || args.backend == Backend::kSM90;
+  if (q.shape.size() != kAttentionRank || !half_precision || !may_run_sm90) return 0;
+  const DeviceInfo& device = device_info(q.device.index);
+  if (!device.present || device.cc_major != 9) return 0;
+  const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2];
+  const int64_t head_dim = q.shape[3];
+  if (batch <= 0 || seqlen_q <= 0 || heads_q <= 0 || head_dim <= 0 || head_dim > INT_MAX ||
+      batch > INT_MAX || heads_q > INT_MAX || seqlen_q > kSm90MaxPackedSeqlenQ) {
+    return 0;
+  }
+  if (k.shape.size() != kAttentionRank) {
+    constexpr int64_t kLargestBlockM = 192;  // three consumers of 64 rows
+    const int64_t rows = batch * heads_q * seqlen_q;
+    const int64_t by_sms = int64_t(device.num_sms) * kLargestBlockM;
+    const int64_t by_splits = kSm90MaxKvSplits * rows;
+    const int64_t split_rows = by_sms < by_splits ? by_sms : by_splits;
+    return static_cast<size_t>(kSm90SplitWorkspaceOffset +
+                               split_rows * (head_dim + 1) * int64_t(sizeof(float)));
+  }
+  if (k.shape[1] > INT_MAX || k.shape[2] > INT_MAX) return 0;
+  const Sm90KvSplitPlan plan = sm90_kv_split_plan(
+      int(batch), int(heads_q), int(k.shape[2]), int(seqlen_q), int(k.shape[1]), int(head_dim),
+      args.causal, device.num_sms);
+  return static_cast<size_t>(sm90_kv_split_workspace_bytes(plan, int(batch), int(heads_q),
+                                                           int(seqlen_q), int(head_dim)));
+#else
+  (void)args;
+  return 0;
+#endif
+}
+
 AttentionParams validate_common(const AttentionArgs& args) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &out = args.out;
   check_tensor("q", q, kAttentionRank);
@@ -388,7 +428,10 @@ void validate_for_backend(const AttentionParams& params, Backend backend) {
 namespace flashcore {
 
 size_t attention_workspace_bytes(const AttentionArgs& args) {
-  return args.q.device.type == DeviceType::kCUDA ? detail::kTileCounterWorkspaceBytes : 0;
+  if (args.q.device.type != DeviceType::kCUDA) return 0;
+  const size_t split_bytes = detail::split_kv_workspace_bytes(args);
+  return split_bytes > detail::kTileCounterWorkspaceBytes ? split_bytes
+                                                          : detail::kTileCounterWorkspaceBytes;
 }
 
 }  // namespace flashcore

@@ -26,6 +26,10 @@ inline constexpr size_t kWorkspaceAlignmentBytes = alignof(uint32_t);
 
 bool is_cuda_backend(Backend backend);
 
+// Workspace bytes of the sm90 split-KV partials for this call (0 when it cannot split); the
+// tile counters share the workspace's first bytes (attention_workspace_bytes).
+size_t split_kv_workspace_bytes(const AttentionArgs& args);
+
 AttentionParams validate_common(const AttentionArgs& args);
 
 // Throws unless `backend` (not kAuto) can run this call.

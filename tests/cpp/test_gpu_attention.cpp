@@ -439,6 +439,61 @@ TEST_P(GpuWorkspace, HostWorkspaceIsRejected) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
+// --- sm90: split-KV for packed calls with few tiles ---
+
+// Batch-1 decode runs one packed tile per KV head, far fewer than the SMs: with a workspace the
+// keys are split over CTAs (detail::sm90_kv_split_plan), each split writes its partial O and lse
+// into the (poisoned) workspace, and a combine kernel merges them. Decode with a key tail at
+// every head_dim and both masks, causal queries whose early rows see few keys (splits with no
+// key for them), MQA with 64 heads, two sequences; each must ask for split workspace, pass the
+// accuracy rule, and fail cleanly when handed only the tile counters' 8 bytes.
+class GpuSm90KvSplit : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90KvSplit, SplitsMatchTheReferenceAndNeedTheirWorkspace) {
+  const DType dtype = GetParam();
+  std::vector<testing::ProblemShape> shapes;
+  for (int head_dim : {64, 96, 128, 256}) {
+    for (bool causal : {false, true}) {
+      testing::ProblemShape s = make_shape(1, 5003, 8, 2, causal);
+      s.head_dim = head_dim;
+      shapes.push_back(s);
+    }
+  }
+  shapes.push_back(make_shape(17, 700, 16, 2, true));
+  shapes.push_back(make_shape(1, 3000, 64, 1, false));
+  shapes.push_back(make_shape(3, 2000, 8, 1, true, 2));
+  for (testing::ProblemShape s : shapes) {
+    s.dtype = dtype;
+    if (s.head_dim == 0) s.head_dim = kPreferredHeadDim;
+    SCOPED_TRACE(s.describe());
+    const std::string reason = skip_reason(Backend::kSM90, dtype, s.head_dim, s.causal);
+    if (!reason.empty()) {
+      std::printf("[sm90 split-KV] %s skipped: %s\n", s.describe().c_str(), reason.c_str());
+      continue;
+    }
+    PendingRun run(s, 11);
+    EXPECT_GT(run.args.workspace_bytes, 8u) << "this call should split its keys";
+    GPU_TEST_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(attention_forward(run.args), Backend::kSM90);
+    GPU_TEST_CHECK(cudaDeviceSynchronize());
+    const testing::AccuracyReport report = run.check();
+    std::printf("[sm90 split-KV] %s: %s\n", s.describe().c_str(), report.summary().c_str());
+    EXPECT_TRUE(report.pass) << report.summary();
+
+    run.args.workspace_bytes = 8;  // the tile counters alone
+    try {
+      attention_forward(run.args);
+      ADD_FAILURE() << "8 bytes of workspace accepted for a split call";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("smaller than the"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90KvSplit,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
+
 // Once per head_dim: the preferred one, and 96, which sm90 serves with the d128 kernels.
 class GpuSelection : public ::testing::TestWithParam<int> {};
 

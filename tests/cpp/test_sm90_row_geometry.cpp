@@ -98,5 +98,58 @@ TEST(Sm90RowGeometry, PackedGroupsOnlyWherePositionsFitWholeSlabs) {
   EXPECT_FALSE(sm90_packs_query_groups(7, 2, 1));
 }
 
+// Split-KV plans: only packed calls whose tiles fill at most half the SMs split, and then the
+// splits cover every KV block once (none empty), keep at least kSm90MinKvBlocksPerSplit blocks
+// where the keys allow, and never give one SM more than one split of a tile.
+TEST(Sm90RowGeometry, KvSplitPlansCoverEveryKvBlockOnce) {
+  const std::pair<int, int> head_pairs[] = {{8, 2}, {32, 8}, {64, 1}, {32, 32}, {6, 2}};
+  int split_plans = 0;
+  for (int num_sms : {3, 132}) {
+    for (int batch : {1, 2, 16, 64}) {
+      for (auto [heads_q, heads_kv] : head_pairs) {
+        for (int seqlen_q : {1, 4, 64, 65}) {
+          for (int seqlen_k : {1, 100, 1000, 5003, 16384}) {
+            for (int head_dim : {64, 96, 128, 256}) {
+              for (bool causal : {false, true}) {
+                const Sm90KvSplitPlan plan = sm90_kv_split_plan(
+                    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, num_sms);
+                if (plan.splits == 1) continue;
+                ++split_plans;
+                SCOPED_TRACE("b" + std::to_string(batch) + " hq" + std::to_string(heads_q) +
+                             " hkv" + std::to_string(heads_kv) + " sq" +
+                             std::to_string(seqlen_q) + " sk" + std::to_string(seqlen_k) + " d" +
+                             std::to_string(head_dim) + (causal ? " causal" : "") + " sms " +
+                             std::to_string(num_sms));
+                ASSERT_TRUE(sm90_packs_query_groups(heads_q, heads_kv, seqlen_q));
+                const Sm90TileShape shape =
+                    sm90_packed_tile_shape(sm90_kernel_head_dim(head_dim), causal);
+                const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
+                const int block_m = 64 * shape.consumers;
+                const int tiles =
+                    (seqlen_q * (heads_q / heads_kv) + block_m - 1) / block_m * heads_kv * batch;
+                EXPECT_LE(plan.splits, kSm90MaxKvSplits);
+                EXPECT_LE(tiles * plan.splits, num_sms);
+                EXPECT_GE(plan.splits * plan.blocks_per_split, kv_blocks) << "a block left out";
+                EXPECT_LT((plan.splits - 1) * plan.blocks_per_split, kv_blocks) << "empty split";
+                EXPECT_LE(plan.splits, (kv_blocks + kSm90MinKvBlocksPerSplit - 1) /
+                                           kSm90MinKvBlocksPerSplit);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(split_plans, 100);
+  // Batch-1 decode of Llama-3-8B (GQA 4:1, d128, 16k keys) on 132 SMs: 8 tiles, 16 splits of 8
+  // KV blocks. Batch 16 fills 128 SMs unsplit.
+  const Sm90KvSplitPlan decode = sm90_kv_split_plan(1, 32, 8, 1, 16384, 128, false, 132);
+  EXPECT_EQ(decode.splits, 16);
+  EXPECT_EQ(decode.blocks_per_split, 8);
+  EXPECT_EQ(sm90_kv_split_plan(16, 32, 8, 1, 16384, 128, false, 132).splits, 1);
+  EXPECT_EQ(sm90_kv_split_workspace_bytes(decode, 1, 32, 1, 128),
+            kSm90SplitWorkspaceOffset + 16 * 32 * 129 * 4);
+}
+
 }  // namespace
 }  // namespace flashcore::detail

@@ -154,8 +154,30 @@ def test_scores_rising_across_kv_tiles(head_dim, causal):
 @pytest.mark.parametrize("device", DEVICES)
 def test_workspace_bytes(device):
     q = torch.zeros(1, 4, 2, 8, device=device, dtype=DTYPES[device][-1])
-    expected = 8 if device == "cuda" else 0  # two uint32 tile counters on a GPU
-    assert flashcore.attention_workspace_bytes(q) == expected
+    k = torch.zeros_like(q)
+    if device == "cpu":
+        assert flashcore.attention_workspace_bytes(q) == 0
+        assert flashcore.attention_workspace_bytes(q, k) == 0
+        return
+    # No group to pack, so nothing to split: the two uint32 tile counters. Without k the answer
+    # must hold for any k, so it is at least that.
+    assert flashcore.attention_workspace_bytes(q, k) == 8
+    assert flashcore.attention_workspace_bytes(q) >= 8
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_decode_splits_keys_through_the_torch_workspace(causal):
+    # Batch-1 decode at GQA 4:1 runs 8 tiles; on a Hopper GPU the keys are split over CTAs and
+    # the partial results live in the workspace the wrapper sizes from q and k.
+    shape = (1, 1, 16384, 32, 8, 128)
+    q, k, v = _inputs("cuda", torch.bfloat16, shape)
+    bytes_needed = flashcore.attention_workspace_bytes(q, k, causal=causal)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert bytes_needed > 8, "no split-KV partials for batch-1 decode on sm90"
+    assert bytes_needed <= flashcore.attention_workspace_bytes(q)  # the q-only bound holds
+    out, lse = fct.attention(q, k, v, causal=causal, return_lse=True)
+    check_accuracy(f"split-KV decode causal={causal}", out, lse, q, k, v, causal)
 
 
 @pytest.mark.gpu

@@ -89,6 +89,7 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
                                                  const Sm90SmemLayout<Config>& smem,
                                                  const CUtensorMap* map_o,
                                                  const AttentionParams& params,
+                                                 const Sm90KvSplit& kv_split,
                                                  const Sm90Tile& tile, int slab_row_begin,
                                                  int consumer, int thread_in_warpgroup,
                                                  Sm90TileLoopState<Config::kStages>& state,
@@ -101,7 +102,7 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
   } else if (release.stages_o_in_own_buffer()) {
     staging = smem.o_staging(consumer);
   }
-  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, tile.head, tile.batch,
+  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, kv_split, tile,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;
 }
@@ -109,7 +110,8 @@ __device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
 template <DType kDType, class Config, bool kCausal>
 __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
                                              const CUtensorMap* map_o,
-                                             const AttentionParams& params, const Sm90Tile& tile,
+                                             const AttentionParams& params,
+                                             const Sm90KvSplit& kv_split, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int consumer,
                                              int thread_in_warpgroup,
                                              Sm90TileLoopState<Config::kStages>& state,
@@ -155,8 +157,8 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
     ring.advance();
   }
 
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, rows.slab_row_begin, consumer,
-                          thread_in_warpgroup, state, release);
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, rows.slab_row_begin,
+                          consumer, thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

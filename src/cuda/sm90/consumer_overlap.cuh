@@ -88,6 +88,7 @@ template <DType kDType, class Config, bool kCausal, class Turns>
 __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
                                                         const CUtensorMap* map_o,
                                                         const AttentionParams& params,
+                                                        const Sm90KvSplit& kv_split,
                                                         const Sm90Tile& tile,
                                                         const KvTileRange& kv_tiles, int consumer,
                                                         int thread_in_warpgroup,
@@ -195,8 +196,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     ring.advance();  // in step with the producer, which advanced after its last load
   }
 
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, rows.slab_row_begin, consumer,
-                          thread_in_warpgroup, state, release);
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, rows.slab_row_begin,
+                          consumer, thread_in_warpgroup, state, release);
   sm90_trace(Sm90Event::kEpilogueDone);
 }
 
@@ -211,6 +212,7 @@ template <DType kDType, class Config, class Turns>
 __device__ __forceinline__ void sm90_pass_tile_overlapped(const Sm90SmemLayout<Config>& smem,
                                                           const CUtensorMap* map_o,
                                                           const AttentionParams& params,
+                                                          const Sm90KvSplit& kv_split,
                                                           const Sm90Tile& tile,
                                                           const KvTileRange& kv_tiles,
                                                           int slab_row_begin, int consumer,
@@ -250,8 +252,8 @@ __device__ __forceinline__ void sm90_pass_tile_overlapped(const Sm90SmemLayout<C
     mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();
   }
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, tile, slab_row_begin, consumer,
-                          thread_in_warpgroup, state, release);
+  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, slab_row_begin,
+                          consumer, thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

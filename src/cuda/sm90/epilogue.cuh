@@ -28,14 +28,46 @@ namespace flashcore::detail {
 // (128 threads each).
 constexpr uint32_t kEpilogueBarrierBase = 1;
 
+// One split of a split-KV tile (packed kernels): its O, normalized by its own row sums, and its
+// lse go to the workspace in fp32 for the combine kernel, which writes out and lse. Columns past
+// the call's head_dim (a padded 96) are not written.
+template <class Config, int kOAccRegs>
+__device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
+                                                 const float (&lse)[2],
+                                                 const AttentionParams& params,
+                                                 const Sm90KvSplit& kv_split, const Sm90Tile& tile,
+                                                 int slab_row_begin, int row0, int lane,
+                                                 int group_shift, int query_rows) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = slab_row_begin + row0 + 8 * r;
+    if (row < 0 || row >= query_rows) continue;
+    const int head_q = (tile.head << group_shift) + (row & ((1 << group_shift) - 1));
+    const int64_t index =
+        kv_split.row(params, tile.kv_split, tile.batch, head_q, row >> group_shift);
+    if (lane % 4 == 0) kv_split.lse_partial[index] = lse[r];
+    float* o_row = kv_split.o_partial + index * params.head_dim;
+#pragma unroll
+    for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
+      const int col = 8 * chunk + 2 * (lane % 4);
+      if (col < params.head_dim) {  // head_dim is a multiple of 8: both columns or neither
+        o_row[col] = o[4 * chunk + 2 * r];
+        o_row[col + 1] = o[4 * chunk + 2 * r + 1];
+      }
+    }
+  }
+}
+
 template <DType kDType, class Config, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
                                               uint8_t* o_staging, const CUtensorMap* map_o,
-                                              const AttentionParams& params, int head, int batch,
+                                              const AttentionParams& params,
+                                              const Sm90KvSplit& kv_split, const Sm90Tile& tile,
                                               int slab_row_begin, int consumer,
                                               int thread_in_warpgroup,
                                               const Sm90QRelease& release) {
+  const int head = tile.head, batch = tile.batch;
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
   const int group_shift = sm90_group_shift<Config>(params);  // packed tiles: head = KV head
@@ -45,7 +77,18 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   softmax.finalize(inv_sum, lse);
   scale_rows(o, inv_sum);
 
-  if (params.lse != nullptr && lane % 4 == 0) {
+  // A split writes partial results instead of out and lse; the staging and hand-back below run
+  // as for any tile (minus the store), so the barrier protocol does not depend on the split.
+  bool writes_split = false;
+  if constexpr (Config::kPacksGroups) {
+    writes_split = kv_split.splits > 1;
+    if (writes_split) {
+      sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
+                               group_shift, query_rows);
+    }
+  }
+
+  if (params.lse != nullptr && !writes_split && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = slab_row_begin + row0 + 8 * r;
@@ -73,7 +116,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   if (thread_in_warpgroup == 0) {
-    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows)) {
+    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split) {
 #pragma unroll
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
                         const __grid_constant__ CUtensorMap map_v,
                         const __grid_constant__ CUtensorMap map_o,
                         const __grid_constant__ AttentionParams params,
-                        const Sm90TileCounters tile_counters) {
+                        const Sm90TileCounters tile_counters, const Sm90KvSplit kv_split) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   // producer claims and decodes each tile, the consumers read it from the tile slot once Q has
   // landed, so both roles walk the same sequence and their ring positions and Q phases stay in
   // step.
-  const int64_t num_tiles = sm90_num_tiles<Config>(params);
+  const int64_t num_tiles = sm90_num_tiles<Config>(params, kv_split.splits);
   const Sm90TileOrder<Config, kCausal> tile_order(params);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<kCausal> mask(params, tile.batch);
         const KvTileRange kv_tiles =
-            sm90_kv_tiles<Config>(mask, tile.row_begin, tile_order.group_shift);
+            sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
         sm90_produce<Config>(smem, maps, params, tile, kv_tiles, tile_order.group_shift,
                              kPersistent, state);
         if (!kPersistent) break;
@@ -141,27 +141,28 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
         tile.head = slot->head;
         tile.batch = slot->batch;
         tile.row_begin = slot->row_begin;
+        tile.kv_split = Config::kPacksGroups ? slot->kv_split : 0;
       } else {
         tile = tile_order.tile(params, blockIdx.x);
       }
       const MaskPolicy<kCausal> mask(params, tile.batch);
       const KvTileRange kv_tiles =
-          sm90_kv_tiles<Config>(mask, tile.row_begin, tile_order.group_shift);
+          sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
       if constexpr (sm90_is_overlapped(kSchedule)) {
         const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
         const int rows = sm90_query_rows(params, tile.batch, tile_order.group_shift);
         if (!kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) {
-          sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles,
-                                                           consumer, thread_in_warpgroup, state,
-                                                           release, turns);
+          sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, kv_split, tile,
+                                                           kv_tiles, consumer, thread_in_warpgroup,
+                                                           state, release, turns);
         } else {  // no query row left for this consumer
-          sm90_pass_tile_overlapped<kDType, Config>(smem, &map_o, params, tile, kv_tiles,
-                                                    slab_row_begin, consumer,
+          sm90_pass_tile_overlapped<kDType, Config>(smem, &map_o, params, kv_split, tile,
+                                                    kv_tiles, slab_row_begin, consumer,
                                                     thread_in_warpgroup, state, release, turns);
         }
       } else {
-        sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, tile, kv_tiles, consumer,
-                                              thread_in_warpgroup, state, release);
+        sm90_consume<kDType, Config, kCausal>(smem, &map_o, params, kv_split, tile, kv_tiles,
+                                              consumer, thread_in_warpgroup, state, release);
       }
       if (!kPersistent) break;
     }

@@ -18,6 +18,7 @@
 #include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "cuda/sm90/tile_config.h"
 
@@ -34,6 +35,26 @@ inline Sm90TileCounters sm90_tile_counters(const AttentionParams& params) {
                          static_cast<uint32_t>(kSm90TileCounterPoolSlots);
   }
   return counters;
+}
+
+// Split-KV of a packed call (sm90_kv_split_plan), only with the caller's workspace: the
+// partial results live there, behind the tile counters. attention_workspace_bytes sized it with
+// the same plan, and validation checked the size.
+template <class Config>
+Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
+  Sm90KvSplit kv_split;
+  if (!Config::kPacksGroups || params.tile_counters == nullptr) return kv_split;
+  const Sm90KvSplitPlan plan =
+      sm90_kv_split_plan(params.batch, params.heads_q, params.heads_kv, params.seqlen_q,
+                         params.seqlen_k, params.head_dim, params.causal, num_sms);
+  if (plan.splits <= 1) return kv_split;
+  kv_split.splits = plan.splits;
+  kv_split.blocks_per_split = plan.blocks_per_split;
+  kv_split.o_partial = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(params.tile_counters) +
+                                                kSm90SplitWorkspaceOffset);
+  kv_split.lse_partial = kv_split.o_partial + kv_split.row(params, plan.splits, 0, 0, 0) *
+                                                  params.head_dim;
+  return kv_split;
 }
 
 // The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
@@ -58,7 +79,14 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   // extra columns are zero-filled on the Q, K and V loads and dropped by the O store.
   const int head_dim = params.head_dim;
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads_q == 0) return;
-  const int64_t num_tiles = sm90_num_tiles<Config>(params);
+  int num_sms = params.num_sms;
+  if (num_sms <= 0) {
+    int device = 0;
+    FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
+    FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  }
+  const Sm90KvSplit kv_split = sm90_kv_split_of<Config>(params, num_sms);
+  const int64_t num_tiles = sm90_num_tiles<Config>(params, kv_split.splits);
   if (num_tiles > INT_MAX) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
                 " output tiles (batch x heads_q x seqlen_q / BLOCK_M) exceed the grid limit " +
@@ -106,18 +134,15 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     }
   }
   if constexpr (sm90_is_persistent(kSchedule)) {
-    int num_sms = params.num_sms;
-    if (num_sms <= 0) {
-      int device = 0;
-      FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
-      FLASHCORE_CUDA_CHECK(
-          cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-    }
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
   }
   kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
-      map_q, map_k, map_v, map_o, params, tile_counters);
+      map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
   FLASHCORE_CHECK_LAUNCH();
+  if (kv_split.splits > 1) {
+    launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+    FLASHCORE_CHECK_LAUNCH();
+  }
 }
 
 // Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the

@@ -18,8 +18,35 @@ struct Sm90Tile {
   int head;       // query head (packed tiles: KV head)
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
+  int kv_split;   // packed tiles: which split of the KV blocks (Sm90KvSplit); else 0
 };
-static_assert(sizeof(Sm90Tile) == kSm90TileSlotBytes, "Sm90Tile must fill the smem tile slot");
+static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the smem tile slot");
+
+// Split-KV of a packed launch (sm90_kv_split_plan): tile t's KV blocks in `splits` contiguous
+// ranges, each a tile of its own; a split's epilogue writes its partial O and lse here, in the
+// caller's workspace, for the combine kernel (split_combine.cuh). splits = 1: no split, and
+// unpacked kernels never read it.
+struct Sm90KvSplit {
+  float* o_partial = nullptr;    // [splits][batch][heads_q][seqlen_q][head_dim]
+  float* lse_partial = nullptr;  // [splits][batch][heads_q][seqlen_q]
+  int splits = 1;
+  int blocks_per_split = 0;
+
+  // The KV blocks of `full` that split `split` visits (none past the tile's own range).
+  FC_HOST_DEVICE KvTileRange range(KvTileRange full, int split) const {
+    if (splits <= 1) return full;
+    const int lo = split * blocks_per_split, hi = lo + blocks_per_split;
+    full.begin = full.begin > lo ? full.begin : lo;
+    full.end = full.end < hi ? full.end : hi;
+    return full;
+  }
+  // Index of a (split, batch, query head, position) row in the partial buffers.
+  FC_HOST_DEVICE int64_t row(const AttentionParams& params, int split, int batch, int head_q,
+                             int position) const {
+    return ((int64_t(split) * params.batch + batch) * params.heads_q + head_q) * params.seqlen_q +
+           position;
+  }
+};
 
 // First query row of consumer `consumer`'s 64-row slab in `tile`: what its accumulators hold
 // (Sm90ThreadRows) and whether it has any row at all (sm90_slab_has_rows).
@@ -58,17 +85,28 @@ FC_HOST_DEVICE int sm90_m_blocks(const AttentionParams& params) {
   return ceil_div(params.seqlen_q << sm90_group_shift<Config>(params), Config::kBlockM);
 }
 
-// Number of output tiles: CTAs of a one-tile-per-CTA launch, claims of a persistent one.
+// Number of output tiles, each split of a split-KV launch counted as a tile: CTAs of a
+// one-tile-per-CTA launch, claims of a persistent one.
 template <class Config>
-FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params) {
-  return int64_t(sm90_m_blocks<Config>(params)) * sm90_tile_heads<Config>(params) * params.batch;
+FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params, int kv_splits = 1) {
+  const int64_t tiles =
+      int64_t(sm90_m_blocks<Config>(params)) * sm90_tile_heads<Config>(params) * params.batch;
+  return Config::kPacksGroups ? tiles * kv_splits : tiles;
 }
 
-// The KV tiles that `tile`'s rows visit (packed: the positions its rows hold).
+// The KV tiles that `tile`'s rows visit (packed: the positions its rows hold, and of those the
+// tile's split).
 template <class Config, bool kCausal>
 __device__ __forceinline__ KvTileRange sm90_kv_tiles(const MaskPolicy<kCausal>& mask,
-                                                     int row_begin, int group_shift) {
-  return mask.kv_tiles(row_begin >> group_shift, Config::kBlockM >> group_shift, Config::kBlockN);
+                                                     const Sm90Tile& tile, int group_shift,
+                                                     const Sm90KvSplit& kv_split) {
+  const KvTileRange full = mask.kv_tiles(tile.row_begin >> group_shift,
+                                         Config::kBlockM >> group_shift, Config::kBlockN);
+  if constexpr (Config::kPacksGroups) {
+    return kv_split.range(full, tile.kv_split);
+  } else {
+    return full;
+  }
 }
 
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
@@ -105,8 +143,15 @@ struct Sm90TileOrder {
         heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
         per_section(sm90_heads_per_section<Config>(params)) {}
 
-  // Tile `index` of the launch.
+  // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
+  // the split is the slowest coordinate.
   __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
+    int kv_split = 0;
+    if constexpr (Config::kPacksGroups) {
+      const int tiles_per_split = m_blocks * heads_times_batch;
+      kv_split = index / tiles_per_split;
+      index -= kv_split * tiles_per_split;
+    }
     const int section = index / (per_section * m_blocks);
     const int first_pair = section * per_section;
     const int pairs = min(per_section, heads_times_batch - first_pair);
@@ -118,6 +163,7 @@ struct Sm90TileOrder {
     tile.batch = pair / sm90_tile_heads<Config>(params);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
         tile.m_block, sm90_query_rows(params, tile.batch, group_shift));
+    tile.kv_split = kv_split;
     return tile;
   }
 };

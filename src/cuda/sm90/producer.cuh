@@ -57,6 +57,17 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
   }
 }
 
+// Writes `tile` into the slot the consumers read it from. Only packed kernels split the KV
+// blocks: the others leave the split word alone, and their stores stay the four of before.
+template <class Config>
+__device__ __forceinline__ void sm90_publish_tile(Sm90Tile* slot, const Sm90Tile& tile) {
+  slot->m_block = tile.m_block;
+  slot->head = tile.head;
+  slot->batch = tile.batch;
+  slot->row_begin = tile.row_begin;
+  if constexpr (Config::kPacksGroups) slot->kv_split = tile.kv_split;
+}
+
 // Loads K (or V) of the KV tile visited at `step` into the ring's next K (or V) stage, once both
 // consumers released that stage.
 template <class Config>
@@ -113,7 +124,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), previous_tile_parity);
     sm90_trace(Sm90Event::kQSlotFree);
-    *smem.tile_slot() = tile;  // published by the arrival on q_full in sm90_load_q
+    sm90_publish_tile<Config>(smem.tile_slot(), tile);  // by the arrival on q_full (sm90_load_q)
   }
   if (o_in_v_ring) {
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)

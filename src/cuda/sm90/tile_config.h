@@ -71,9 +71,9 @@ constexpr int kAnySeqlen = 0x7fffffff;
 // both a TMA box's inner dimension and the unit the tiles' head_dim is built from.
 constexpr int kSm90BoxCols = 64;
 
-// The persistent schedules' tile slot behind the mbarriers: the decoded Sm90Tile (four ints,
+// The persistent schedules' tile slot behind the mbarriers: the decoded Sm90Tile (five ints,
 // pipeline.cuh checks the size) that the producer hands the consumers with each Q.
-constexpr int kSm90TileSlotBytes = 16;
+constexpr int kSm90TileSlotBytes = 32;
 
 // The table: the fastest correct configuration per head_dim, mask and sequence length measured
 // on an H200 (bf16, standard grid batch 16384 / seqlen, heads 2048 / head_dim, 512..16k;
@@ -223,6 +223,61 @@ static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSe
                   sm90_packed_tile_shape(128, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
                   sm90_packed_tile_shape(128, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ,
               "packed calls run the row that serves their lengths unpacked");
+
+// Split-KV for packed calls with few tiles: decode at batch 1 runs one tile per KV head (8 for
+// Llama-3-8B) on a 132-SM card, each walking every key alone (0.24-0.37x cuDNN at 16k keys,
+// docs/results/2026-11-21_h100_b099331_packed). When the tiles fill at most half the SMs, each
+// tile's KV blocks are cut into contiguous splits, one CTA each; every split writes its O
+// (normalized by its own row sum, fp32) and lse to the caller's workspace, and a combine kernel
+// weights the splits by their lse (split_combine.cuh). A split keeps at least
+// kSm90MinKvBlocksPerSplit KV blocks, so its fixed costs (Q load, the first S alone, the
+// epilogue: about one KV step each) stay under half of it.
+constexpr int kSm90MinKvBlocksPerSplit = 4;
+constexpr int kSm90MaxKvSplits = 64;
+
+struct Sm90KvSplitPlan {
+  int splits = 1;            // 1: no split
+  int blocks_per_split = 0;  // KV blocks (BLOCK_N keys) per split
+};
+
+// The plan of a call, from its shape and the device's SM count. The launcher and
+// attention_workspace_bytes both take it from here, so the workspace a caller sizes is the one
+// the launch uses.
+constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_kv, int seqlen_q,
+                                             int seqlen_k, int head_dim, bool causal,
+                                             int num_sms) {
+  const Sm90KvSplitPlan none;
+  if (!sm90_packs_query_groups(heads_q, heads_kv, seqlen_q) || batch <= 0 || seqlen_q <= 0 ||
+      seqlen_k <= 0 || num_sms <= 0) {
+    return none;
+  }
+  const Sm90TileShape shape = sm90_packed_tile_shape(sm90_kernel_head_dim(head_dim), causal);
+  if (shape.block_n <= 0) return none;  // no kernel for this head_dim
+  const int64_t rows = int64_t(seqlen_q) * (heads_q / heads_kv);
+  const int64_t block_m = int64_t(kSm90BoxCols) * shape.consumers;  // 64 rows per consumer
+  const int64_t tiles = (rows + block_m - 1) / block_m * heads_kv * batch;
+  if (2 * tiles > num_sms) return none;
+  const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
+  int64_t splits = num_sms / tiles;
+  const int64_t by_work = (kv_blocks + kSm90MinKvBlocksPerSplit - 1) / kSm90MinKvBlocksPerSplit;
+  splits = splits < by_work ? splits : by_work;
+  splits = splits < kSm90MaxKvSplits ? splits : kSm90MaxKvSplits;
+  if (splits <= 1) return none;
+  Sm90KvSplitPlan plan;
+  plan.blocks_per_split = static_cast<int>((kv_blocks + splits - 1) / splits);
+  plan.splits = (kv_blocks + plan.blocks_per_split - 1) / plan.blocks_per_split;  // none empty
+  return plan;
+}
+
+// Workspace of a split call past the tile counters: per split, O (head_dim floats) and lse of
+// every (batch, head, query row).
+constexpr int64_t kSm90SplitWorkspaceOffset = 256;  // bytes; the tile counters come first
+constexpr int64_t sm90_kv_split_workspace_bytes(const Sm90KvSplitPlan& plan, int batch,
+                                                int heads_q, int seqlen_q, int head_dim) {
+  if (plan.splits <= 1) return 0;
+  return kSm90SplitWorkspaceOffset + int64_t(plan.splits) * batch * heads_q * seqlen_q *
+                                         (head_dim + 1) * int64_t(sizeof(float));
+}
 
 // A tile configuration; the defaults are the table's row, explicit values are for tuning sweeps
 // (dev/sm90/check_sm90 --sweep). kPacksGroups_: the tiles' rows hold the query heads of a KV
