@@ -121,6 +121,16 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
   for (int c = 0; c < copies; ++c) {
     args.push_back(args_for_copy(c));
   }
+  // One workspace for every run (they run one after another on one stream), sized for this call
+  // as the library asks, poisoned: the tile counters and split-KV partials it holds are the
+  // library's to initialize.
+  const size_t workspace_bytes = attention_workspace_bytes(args[0]);
+  DeviceBuffer workspace(std::max<size_t>(workspace_bytes, 1));
+  workspace.fill(kPoisonByte);
+  for (AttentionArgs& a : args) {
+    a.workspace = workspace.bytes_at(0);
+    a.workspace_bytes = workspace_bytes;
+  }
 
   record.backend_ran = to_string(attention_forward(args[0]));  // the checked run
   gpu_synchronize();
