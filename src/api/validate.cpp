@@ -224,7 +224,7 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
   const TensorView &q = args.q, &k = args.k;
   const bool half_precision = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
   const bool may_run_sm90 = args.backend == Backend::kAuto || args.backend == Backend::kSM90;
-  if (q.shape.size() != kAttentionRank || !half_precision || !may_run_sm90) return 0;
+  if (q.ndim != kAttentionRank || !half_precision || !may_run_sm90) return 0;
   const DeviceInfo& device = device_info(q.device.index);
   if (!device.present || device.cc_major != 9) return 0;
   const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2];
@@ -233,7 +233,7 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
       batch > INT_MAX || heads_q > INT_MAX || seqlen_q > kSm90MaxPackedSeqlenQ) {
     return 0;
   }
-  if (k.shape.size() != kAttentionRank) {
+  if (k.ndim != kAttentionRank) {  // no k: the bound for any k
     constexpr int64_t kLargestBlockM = 192;  // three consumers of 64 rows
     const int64_t rows = batch * heads_q * seqlen_q;
     const int64_t by_sms = int64_t(device.num_sms) * kLargestBlockM;

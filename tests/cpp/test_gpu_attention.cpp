@@ -473,6 +473,9 @@ TEST_P(GpuSm90KvSplit, SplitsMatchTheReferenceAndNeedTheirWorkspace) {
     }
     PendingRun run(s, 11);
     EXPECT_GT(run.args.workspace_bytes, 8u) << "this call should split its keys";
+    AttentionArgs q_only;  // the Python helpers' question: the answer must hold for any k
+    q_only.q = run.args.q;
+    EXPECT_GE(attention_workspace_bytes(q_only), run.args.workspace_bytes);
     GPU_TEST_CHECK(cudaDeviceSynchronize());
     EXPECT_EQ(attention_forward(run.args), Backend::kSM90);
     GPU_TEST_CHECK(cudaDeviceSynchronize());
