@@ -232,7 +232,11 @@ static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSe
 // weights the splits by their lse (split_combine.cuh). A split keeps at least
 // kSm90MinKvBlocksPerSplit KV blocks, so its fixed costs (Q load, the first S alone, the
 // epilogue: about one KV step each) stay under half of it.
+#ifdef FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT  // experiments: set it for every TU (C++ and CUDA)
+constexpr int kSm90MinKvBlocksPerSplit = FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT;
+#else
 constexpr int kSm90MinKvBlocksPerSplit = 4;
+#endif
 constexpr int kSm90MaxKvSplits = 64;
 
 struct Sm90KvSplitPlan {
