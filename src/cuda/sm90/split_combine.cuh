@@ -7,7 +7,7 @@
 //
 // One warp per 32 output columns of a (batch, head, position) row: lanes reduce the splits' lse
 // (at most 64, two per lane), then each lane sums its column over the splits, loads issued
-// kCombineLoadBatch at a time. The partial rows are numbered (split, batch, head, position), so
+// kCombineLoadBatch at a time, the first batch beside the lse loads. The partial rows are numbered (split, batch, head, position), so
 // split s of output row r is partial row s x rows + r. A warp per whole row (8 blocks at batch-1
 // decode) walked 16 splits one load at a time: 34 us under ncu at 16k keys, longer than the
 // attention kernel (30 us).
@@ -26,7 +26,7 @@ namespace flashcore::detail {
 
 constexpr int kCombineWarpsPerBlock = 4;
 constexpr int kCombineMaxSplitsPerLane = 2;  // kSm90MaxKvSplits over a warp
-constexpr int kCombineLoadBatch = 8;         // independent loads in flight per lane
+constexpr int kCombineLoadBatch = 16;        // independent loads in flight per lane
 constexpr int kCombineColumnsPerWarp = 32;
 static_assert(kSm90MaxKvSplits <= 32 * kCombineMaxSplitsPerLane, "combine: too many splits");
 
@@ -44,6 +44,21 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   const int position = static_cast<int>(row % params.seqlen_q);
   const int head = static_cast<int>(row / params.seqlen_q % params.heads_q);
   const int batch = static_cast<int>(row / params.seqlen_q / params.heads_q);
+
+  // The first kCombineLoadBatch splits' O values are loaded together with the lse values, so a
+  // call with up to that many splits waits for memory once.
+  const bool in_row = col < params.head_dim;
+  const auto load_values = [&](int first, float (&value)[kCombineLoadBatch]) {
+#pragma unroll
+    for (int j = 0; j < kCombineLoadBatch; ++j) {
+      const int split = first + j;
+      value[j] = split < kv_split.splits && in_row
+                     ? kv_split.o_partial[(split * rows + row) * params.head_dim + col]
+                     : 0.0f;
+    }
+  };
+  float value[kCombineLoadBatch];
+  load_values(0, value);
 
   float lse_of[kCombineMaxSplitsPerLane];
   float max_lse = -INFINITY;
@@ -71,20 +86,15 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   }
 
   // Every split wrote every row of its tile (0 where it saw no key), so all reads are defined.
-  const bool in_row = col < params.head_dim;
   float acc = 0.0f;
   for (int first = 0; first < kv_split.splits; first += kCombineLoadBatch) {
-    float weight[kCombineLoadBatch], value[kCombineLoadBatch];
+    if (first > 0) load_values(first, value);
 #pragma unroll
     for (int j = 0; j < kCombineLoadBatch; ++j) {
       const int split = first + j;  // warp-uniform
-      weight[j] = __shfl_sync(0xffffffff, split < 32 ? weight_of[0] : weight_of[1], split % 32);
-      value[j] = split < kv_split.splits && in_row
-                     ? kv_split.o_partial[(split * rows + row) * params.head_dim + col]
-                     : 0.0f;
+      acc += __shfl_sync(0xffffffff, split < 32 ? weight_of[0] : weight_of[1], split % 32) *
+             value[j];
     }
-#pragma unroll
-    for (int j = 0; j < kCombineLoadBatch; ++j) acc += weight[j] * value[j];
   }
   if (in_row) {
     element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
