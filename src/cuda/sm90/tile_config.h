@@ -230,12 +230,13 @@ static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSe
 // tile's KV blocks are cut into contiguous splits, one CTA each; every split writes its O
 // (normalized by its own row sum, fp32) and lse to the caller's workspace, and a combine kernel
 // weights the splits by their lse (split_combine.cuh). A split keeps at least
-// kSm90MinKvBlocksPerSplit KV blocks, so its fixed costs (Q load, the first S alone, the
-// epilogue: about one KV step each) stay under half of it.
+// kSm90MinKvBlocksPerSplit KV blocks. H100, ncu at batch-1 decode (GQA 4:1, d128; attention +
+// combine, us; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys,
+// 4 blocks 17.9 / 19.2 / 36.3, 1 block 14.7 / 19.1 / 35.2; cuDNN 12.1 / 18.0 / 33.4.
 #ifdef FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT  // experiments: set it for every TU (C++ and CUDA)
 constexpr int kSm90MinKvBlocksPerSplit = FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT;
 #else
-constexpr int kSm90MinKvBlocksPerSplit = 4;
+constexpr int kSm90MinKvBlocksPerSplit = 2;
 #endif
 constexpr int kSm90MaxKvSplits = 64;
 
