@@ -76,6 +76,11 @@ GRIDS = {
     "decode": ("seqlen_q 1, seqlen_k 1k/4k/16k, batch 1/16/64, hq 32 hkv 8 d128 bf16 (9)",
                lambda: [Config(b, 1, sk, 32, 8, 128, "bf16", False)
                         for b in (1, 16, 64) for sk in (1024, 4096, 16384)]),
+    # Not in BENCHMARKS.md: decode of a model without GQA (Llama-2-7B: 32 heads of 128), where
+    # batch 1 runs 32 tiles and splits their keys.
+    "decode_mha": ("seqlen_q 1, seqlen_k 1k/4k/16k, batch 1/16, hq 32 hkv 32 d128 bf16 (6)",
+                   lambda: [Config(b, 1, sk, 32, 32, 128, "bf16", False)
+                            for b in (1, 16) for sk in (1024, 4096, 16384)]),
     # Not in BENCHMARKS.md: a few query rows per sequence against a KV cache (speculative
     # decoding's draft tokens, small prefill chunks), same model shape. Those calls are causal
     # (bottom-right), which SDPA cannot time (its is_causal aligns top-left), so the grid also

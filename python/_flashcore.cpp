@@ -10,8 +10,8 @@
 //                                                   which breaks CUDA graph capture, and refuses
 //                                                   tensors that require grad.
 // Both take an optional workspace (device pointer as an int, and its size in bytes) of at least
-// attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it with the array's own
-// allocator (torch's caching allocator: free, and safe under CUDA graph capture).
+// attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it with the array's
+// own allocator (torch's caching allocator: free, and safe under CUDA graph capture).
 // flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

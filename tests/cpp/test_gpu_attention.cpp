@@ -281,10 +281,10 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
 
 // --- sm90: the query heads of a KV group packed into one tile's rows ---
 
-// GQA calls with a power-of-two group and seqlen_q <= 64 run packed tiles
+// Calls with a power-of-two group (1 included) and seqlen_q <= 64 run packed tiles
 // (detail::sm90_packs_query_groups): row r of a tile is position r / G of the group's head
 // r % G, loaded and stored through 5-D tensor maps, the causal limit and the lse index taken from
-// that position and head. Every group size from 2 to 64, decode and short causal queries with
+// that position and head. Every group size from 1 to 64, decode and short causal queries with
 // tails (fewer keys than queries: rows with no visible key), strided layouts and large inputs,
 // every head_dim; and the lengths and groups on either side of the rule, which stay unpacked.
 class GpuSm90PackedGroups : public ::testing::TestWithParam<DType> {};
@@ -306,7 +306,7 @@ TEST_P(GpuSm90PackedGroups, MatchesReferenceForEveryGroupAndMask) {
       }
     }
   }
-  for (auto [hq, hkv] : {std::pair{4, 2}, {16, 2}, {32, 2}, {32, 1}, {64, 1}}) {  // G 2..64
+  for (auto [hq, hkv] : {std::pair{4, 4}, {4, 2}, {16, 2}, {32, 2}, {32, 1}, {64, 1}}) {  // G 1..64
     cases.push_back({make_shape(1, 300, hq, hkv, false, 3)});
     cases.push_back({make_shape(5, 129, hq, hkv, true, 2)});
   }
@@ -445,7 +445,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
 // keys are split over CTAs (detail::sm90_kv_split_plan), each split writes its partial O and lse
 // into the (poisoned) workspace, and a combine kernel merges them. Decode with a key tail at
 // every head_dim and both masks, causal queries whose early rows see few keys (splits with no
-// key for them), MQA with 64 heads, two sequences; each must ask for split workspace, pass the
+// key for them), MQA with 64 heads, MHA, two sequences; each must ask for split workspace, pass the
 // accuracy rule, and fail cleanly when handed only the tile counters' 8 bytes.
 class GpuSm90KvSplit : public ::testing::TestWithParam<DType> {};
 
@@ -461,6 +461,7 @@ TEST_P(GpuSm90KvSplit, SplitsMatchTheReferenceAndNeedTheirWorkspace) {
   }
   shapes.push_back(make_shape(17, 700, 16, 2, true));
   shapes.push_back(make_shape(1, 3000, 64, 1, false));
+  shapes.push_back(make_shape(1, 4000, 8, 8, true));  // MHA: G 1
   shapes.push_back(make_shape(3, 2000, 8, 1, true, 2));
   for (testing::ProblemShape s : shapes) {
     s.dtype = dtype;

@@ -82,16 +82,16 @@ TEST(Sm90RowGeometry, CausalPartialBlockComesFirst) {
   EXPECT_FALSE(sm90_slab_has_rows<ThreeConsumers>(1024, 1024));
 }
 
-// Which GQA calls pack a KV group's query heads into one tile's rows: a power-of-two group of 2
-// to 64 (a 64-row slab holds whole positions, the row split is a shift) and at most 64 query
-// rows. Everything else keeps one head per tile.
+// Which calls pack a KV group's query heads into one tile's rows: a power-of-two group of 1 to
+// 64 (a 64-row slab holds whole positions, the row split is a shift) and at most 64 query rows.
+// Everything else keeps one head per tile.
 TEST(Sm90RowGeometry, PackedGroupsOnlyWherePositionsFitWholeSlabs) {
   EXPECT_TRUE(sm90_packs_query_groups(32, 8, 1));    // decode, GQA 4:1
   EXPECT_TRUE(sm90_packs_query_groups(8, 1, 64));    // G 8, the longest packed length
   EXPECT_TRUE(sm90_packs_query_groups(64, 1, 1));    // MQA, G 64: one position per slab
   EXPECT_TRUE(sm90_packs_query_groups(4, 2, 17));    // G 2
   EXPECT_FALSE(sm90_packs_query_groups(8, 1, 65));   // unpacked tiles are more than half full
-  EXPECT_FALSE(sm90_packs_query_groups(8, 8, 1));    // no group
+  EXPECT_TRUE(sm90_packs_query_groups(8, 8, 1));     // MHA: G 1, for split-KV
   EXPECT_FALSE(sm90_packs_query_groups(6, 2, 1));    // G 3: not a power of two
   EXPECT_FALSE(sm90_packs_query_groups(128, 1, 1));  // G 128: a position would span two slabs
   EXPECT_FALSE(sm90_packs_query_groups(8, 0, 1));

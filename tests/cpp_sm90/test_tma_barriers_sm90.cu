@@ -9,6 +9,10 @@
 //       barrier between the consumer warpgroups, and an mbarrier that needs 256 arrivals.
 #include <cuda.h>
 
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -80,6 +84,26 @@ size_t bshd_index(int b, int s, int h, int d) {
   return ((size_t(b) * kSeqlen + s) * kHeads + h) * kHeadDim + d;
 }
 
+// Elements of a [kBatch, kSeqlen, heads, head_dim] tensor read back after a TMA store that differ
+// from want(b, s, h, d): "" when none, else how many and the first 8.
+template <class Want>
+std::string store_mismatches(const std::vector<uint16_t>& out, int heads, int head_dim,
+                             Want want) {
+  int wrong = 0;
+  std::ostringstream first;
+  for (int b = 0; b < kBatch; ++b)
+    for (int s = 0; s < kSeqlen; ++s)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < head_dim; ++d) {
+          const uint16_t expected = want(b, s, h, d);
+          const uint16_t have = out[((size_t(b) * kSeqlen + s) * heads + h) * head_dim + d];
+          if (expected != have && wrong++ < 8)
+            first << "\n  (batch " << b << ", row " << s << ", head " << h << ", col " << d
+                  << "): expected " << expected << ", got " << have;
+        }
+  return wrong == 0 ? "" : std::to_string(wrong) + " elements wrong; first:" + first.str();
+}
+
 TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
   SKIP_WITHOUT_SM90();
   const size_t numel = size_t(kBatch) * kSeqlen * kHeads * kHeadDim;
@@ -122,24 +146,14 @@ TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
   }
 
   // Store: only rows 64..99 of (batch 1, head 2, cols 64..127) change.
-  const std::vector<uint16_t> out = out_dev.to_host();
-  int wrong = 0;
-  std::ostringstream first;
-  for (int b = 0; b < kBatch; ++b)
-    for (int s = 0; s < kSeqlen; ++s)
-      for (int h = 0; h < kHeads; ++h)
-        for (int d = 0; d < kHeadDim; ++d) {
-          const int r = s - kTailBox.row, c = d - kTailBox.col;
-          const bool inside = b == kTailBox.batch && h == kTailBox.head && r >= 0 && r < kBoxRows &&
-                              c >= 0 && c < kBoxCols;
-          const uint16_t want = inside ? static_cast<uint16_t>(1000 + 64 * r + c) : kSentinel;
-          const uint16_t have = out[bshd_index(b, s, h, d)];
-          if (want != have && wrong++ < 8)
-            first << "\n  (batch " << b << ", row " << s << ", head " << h << ", col " << d
-                  << "): expected " << want << ", got " << have;
-        }
-  EXPECT_EQ(wrong, 0) << "TMA store of a box clipped at seqlen " << kSeqlen << ": " << wrong
-                      << " elements wrong; first:" << first.str();
+  const std::string wrong = store_mismatches(out_dev.to_host(), kHeads, kHeadDim,
+                                             [&](int b, int s, int h, int d) {
+    const int r = s - kTailBox.row, c = d - kTailBox.col;
+    const bool inside = b == kTailBox.batch && h == kTailBox.head && r >= 0 && r < kBoxRows &&
+                        c >= 0 && c < kBoxCols;
+    return inside ? static_cast<uint16_t>(1000 + 64 * r + c) : kSentinel;
+  });
+  EXPECT_EQ(wrong, "") << "TMA store of a box clipped at seqlen " << kSeqlen;
 }
 
 // (c') The 5-D maps of packed GQA tiles (make_group_packed_tensor_map): a box of 64 rows holds
@@ -225,25 +239,15 @@ TEST(Sm90Tma, PackedGroupBoxInterleavesHeadsAndClipsAtTheEnd) {
                              expected, actual, kBoxRows, kBoxCols));
 
   // Store: positions 90..99 of heads 4..7 of batch 1 take the pattern, nothing else changes.
-  const std::vector<uint16_t> out = tensor.to_host();
-  int wrong = 0;
-  std::ostringstream first;
-  for (int b = 0; b < kBatch; ++b)
-    for (int s = 0; s < kSeqlen; ++s)
-      for (int h = 0; h < kPackedHeads; ++h)
-        for (int d = 0; d < kPackedHeadDim; ++d) {
-          const int p = s - box.position, g = h - box.group * kGroup;
-          const bool inside = b == box.batch && p >= 0 && p < kPackedPositions && g >= 0 &&
-                              g < kGroup;
-          const uint16_t want = inside ? static_cast<uint16_t>(1000 + 64 * (p * kGroup + g) + d)
-                                       : input[index(b, s, h, d)];
-          const uint16_t have = out[index(b, s, h, d)];
-          if (want != have && wrong++ < 8)
-            first << "\n  (batch " << b << ", position " << s << ", head " << h << ", col " << d
-                  << "): expected " << want << ", got " << have;
-        }
-  EXPECT_EQ(wrong, 0) << "5-D TMA store of a packed group clipped at seqlen " << kSeqlen << ": "
-                      << wrong << " elements wrong; first:" << first.str();
+  const std::string wrong = store_mismatches(tensor.to_host(), kPackedHeads, kPackedHeadDim,
+                                             [&](int b, int s, int h, int d) {
+    const int p = s - box.position, g = h - box.group * kGroup;
+    const bool inside =
+        b == box.batch && p >= 0 && p < kPackedPositions && g >= 0 && g < kGroup;
+    return inside ? static_cast<uint16_t>(1000 + 64 * (p * kGroup + g) + d)
+                  : input[index(b, s, h, d)];
+  });
+  EXPECT_EQ(wrong, "") << "5-D TMA store of a packed group clipped at seqlen " << kSeqlen;
 }
 
 // (d) Warp specialization skeleton: producer warpgroup gives registers back, consumers take them,

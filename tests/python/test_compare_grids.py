@@ -39,6 +39,8 @@ def test_decode_spec_and_hd96_grids():
     for c in compare_grids.GRIDS["decode"][1]():
         assert (c.seqlen_q, c.heads_q, c.heads_kv, c.head_dim) == (1, 32, 8, 128)
         assert c.flops() == 4.0 * c.batch * 32 * c.seqlen_k * 128
+    for c in compare_grids.GRIDS["decode_mha"][1]():
+        assert (c.seqlen_q, c.heads_q, c.heads_kv, c.head_dim) == (1, 32, 32, 128)
     for c in compare_grids.GRIDS["spec"][1]():
         assert (c.seqlen_k, c.heads_q, c.heads_kv, c.head_dim) == (4096, 32, 8, 128)
         assert c.seqlen_q in (4, 16)

@@ -159,8 +159,8 @@ def test_workspace_bytes(device):
         assert flashcore.attention_workspace_bytes(q) == 0
         assert flashcore.attention_workspace_bytes(q, k) == 0
         return
-    # No group to pack, so nothing to split: the two uint32 tile counters. Without k the answer
-    # must hold for any k, so it is at least that.
+    # Four keys, nothing to split: the two uint32 tile counters. Without k the answer must hold
+    # for any k, so it is at least that.
     assert flashcore.attention_workspace_bytes(q, k) == 8
     assert flashcore.attention_workspace_bytes(q) >= 8
 

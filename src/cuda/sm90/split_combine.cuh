@@ -7,10 +7,10 @@
 //
 // One warp per 32 output columns of a (batch, head, position) row: lanes reduce the splits' lse
 // (at most 64, two per lane), then each lane sums its column over the splits, loads issued
-// kCombineLoadBatch at a time, the first batch beside the lse loads. The partial rows are numbered (split, batch, head, position), so
-// split s of output row r is partial row s x rows + r. A warp per whole row (8 blocks at batch-1
-// decode) walked 16 splits one load at a time: 34 us under ncu at 16k keys, longer than the
-// attention kernel (30 us).
+// kCombineLoadBatch at a time, the first batch beside the lse loads. The partial rows are
+// numbered (split, batch, head, position), so split s of output row r is partial row
+// s x rows + r. A warp per whole row (8 blocks at batch-1 decode) walked 16 splits one load at
+// a time: 34 us under ncu at 16k keys, longer than the attention kernel (30 us); now 4.7 us.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -201,7 +201,8 @@ constexpr Sm90Schedule sm90_default_schedule(const Sm90TileShape& row) {
 // 3.0 (docs/results/2026-11-21_h100_a683102_decode). Packed when G is a power of two (the row
 // split is a shift) of at most 64 (a consumer's 64-row slab holds whole positions) and seqlen_q
 // is at most half a 128-row tile: from there on unpacked tiles are mostly full and the G tiles of
-// a group share its K/V through the L2 (the tile order's sections).
+// a group share its K/V through the L2 (the tile order's sections). G = 1 (MHA) packs nothing
+// but takes the packed kernels too, for their split-KV (below) and rowless-consumer skipping.
 constexpr int kSm90MaxPackedGroup = 64;
 constexpr int kSm90MaxPackedSeqlenQ = 64;
 
@@ -209,7 +210,7 @@ constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) 
   if (heads_kv <= 0 || heads_q % heads_kv != 0) return false;
   const int group = heads_q / heads_kv;
   const bool power_of_two = (group & (group - 1)) == 0;
-  return group > 1 && power_of_two && group <= kSm90MaxPackedGroup &&
+  return group >= 1 && power_of_two && group <= kSm90MaxPackedGroup &&
          seqlen_q <= kSm90MaxPackedSeqlenQ;
 }
 
