@@ -214,10 +214,19 @@ constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) 
          seqlen_q <= kSm90MaxPackedSeqlenQ;
 }
 
+// K/V stages of packed tiles at head_dim <= 128 (d256 fits no third 40 KB stage pair).
+#ifdef FLASHCORE_SM90_PACKED_STAGES  // experiments: set it for every TU (C++ and CUDA)
+constexpr int kSm90PackedStages = FLASHCORE_SM90_PACKED_STAGES;
+#else
+constexpr int kSm90PackedStages = 2;
+#endif
+
 // The tile row of packed calls: the table's shortest-sequence row (persistent at every head_dim),
-// whose own bucket holds every length that is packed.
+// whose own bucket holds every length that is packed, with kSm90PackedStages stages.
 constexpr Sm90TileShape sm90_packed_tile_shape(int head_dim, bool causal) {
-  return sm90_tile_row(head_dim, causal, 0);
+  Sm90TileShape shape = sm90_tile_row(head_dim, causal, 0);
+  if (head_dim <= 128) shape.stages = kSm90PackedStages;
+  return shape;
 }
 static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
                   sm90_packed_tile_shape(64, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
