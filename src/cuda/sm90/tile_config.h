@@ -214,7 +214,9 @@ constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) 
          seqlen_q <= kSm90MaxPackedSeqlenQ;
 }
 
-// K/V stages of packed tiles at head_dim <= 128 (d256 fits no third 40 KB stage pair).
+// K/V stages of packed tiles at head_dim <= 128 (d256 fits no third 40 KB stage pair). H200,
+// decode at batch 16-64: 3 stages tie with 2 (geomean / cuDNN 0.868 vs 0.867,
+// docs/results/2026-11-21_h200_85fec3f_packed_stages), so 2, and no O staging in the V ring.
 #ifdef FLASHCORE_SM90_PACKED_STAGES  // experiments: set it for every TU (C++ and CUDA)
 constexpr int kSm90PackedStages = FLASHCORE_SM90_PACKED_STAGES;
 #else
