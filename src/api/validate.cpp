@@ -245,7 +245,7 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
   if (k.shape[1] > INT_MAX || k.shape[2] > INT_MAX) return 0;
   const Sm90KvSplitPlan plan = sm90_kv_split_plan(
       int(batch), int(heads_q), int(k.shape[2]), int(seqlen_q), int(k.shape[1]), int(head_dim),
-      args.causal, device.num_sms);
+      needs_causal_mask(args.causal, seqlen_q), device.num_sms);
   return static_cast<size_t>(sm90_kv_split_workspace_bytes(plan, int(batch), int(heads_q),
                                                            int(seqlen_q), int(head_dim)));
 #else
@@ -365,7 +365,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.o_head_stride = out.strides[2];
   if (args.lse) p.lse_batch_stride = args.lse->strides[0], p.lse_head_stride = args.lse->strides[1];
   p.set_softmax_scale(scale);
-  p.causal = args.causal;
+  p.causal = needs_causal_mask(args.causal, q.shape[1]);
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;
   // Set by run_cuda from the caller's workspace (sm90 only); the sm90 launcher zeroes it on the

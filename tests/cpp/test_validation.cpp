@@ -215,6 +215,20 @@ TEST_F(Validation, RepeatedHostPointerMarkedCudaIsStillRejected) {
 }
 #endif
 
+// Bottom-right causal with one query row sees every key, so decode steps take the unmasked
+// kernels (no tile-counter memset); two rows already need the mask.
+TEST_F(Validation, OneCausalQueryRowRunsUnmasked) {
+  EXPECT_FALSE(detail::needs_causal_mask(true, 1));
+  EXPECT_TRUE(detail::needs_causal_mask(true, 2));
+  EXPECT_FALSE(detail::needs_causal_mask(false, 2));
+  args.causal = true;
+  EXPECT_TRUE(detail::validate_common(args).causal);  // 16 query rows
+  std::vector<uint16_t> one_row(kB * kHq * kD);
+  args.q = make_tensor(one_row.data(), DType::kFloat16, kCpu, {kB, 1, kHq, kD});
+  args.out = make_tensor(o_buf.data(), DType::kFloat16, kCpu, {kB, 1, kHq, kD});
+  EXPECT_FALSE(detail::validate_common(args).causal);
+}
+
 TEST_F(Validation, WorkspaceBytesDependOnTheDevice) {
   EXPECT_EQ(attention_workspace_bytes(args), 0u);  // host backends need no workspace
   move_to_cuda();
