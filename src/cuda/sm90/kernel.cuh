@@ -2,6 +2,8 @@
 // batch), or with a persistent schedule one CTA per SM claiming those tiles one after another
 // (dynamically, through two counters: pipeline.cuh). BLOCK_M is 64 rows per consumer warpgroup,
 // two consumers (128) or three (192, d64); register budgets per role are in tile_config.h.
+// Packed kernels (Config::kPacksGroups) run tiles over KV heads whose rows hold the group's query
+// heads, and with split-KV one tile per (tile, KV split) (pipeline.cuh).
 //
 //   warpgroup 0 (producer)                 warpgroups 1.. (consumers, 64 rows each)
 //   ---------------------------------      -------------------------------------------------

@@ -1,9 +1,11 @@
 // Host launcher of the Hopper kernel: picks the tile-table row for this call's head_dim, mask and
-// seqlen_q, builds the four tensor maps, raises the kernel's dynamic shared-memory limit once, and
-// launches on params.stream one CTA per output tile (or, for persistent rows, one per SM taking
-// tiles in a fixed stride or, causal, claiming them through the workspace counters, which it
-// zeroes on the stream first). Throws Error for anything it cannot run, e.g. strides a
-// tensor map cannot describe (auto selection already sends those calls to sm80).
+// seqlen_q (or the packed GQA kernel for short queries), builds the four tensor maps, raises the
+// kernel's dynamic shared-memory limit once, and launches on params.stream one CTA per output
+// tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
+// them through the workspace counters, which it zeroes on the stream first). Packed calls with
+// too few tiles split their keys and launch the combine kernel after. Throws Error for anything
+// it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
+// calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
