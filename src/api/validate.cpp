@@ -217,9 +217,8 @@ std::string device_name(const Device& device) {
 
 // The sm90 split-KV partials (sm90_kv_split_plan) of a call that the sm90 backend may run: a
 // Hopper device, fp16 / bf16, backend auto or sm90. Without k (the Python helpers' q-only
-// question) the plan's bound for any k: a split launch has at most two CTAs per SM of 64-row
-// tiles (or one of up to 192 rows), so splits x rows <= SMs x 192, and splits <=
-// kSm90MaxKvSplits.
+// question) the plan's bound for any k: a split launch has at most one CTA per SM, each with at
+// most a 192-row tile, so splits x rows <= SMs x 192, and splits <= kSm90MaxKvSplits.
 size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 #ifdef FLASHCORE_HAS_CUDA
   const TensorView &q = args.q, &k = args.k;

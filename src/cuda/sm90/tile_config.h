@@ -226,20 +226,12 @@ constexpr Sm90TileShape sm90_packed_tile_shape(int head_dim, bool causal) {
   return {head_dim, causal, kAnySeqlen, 64, 2, Sm90Schedule::kOverlapOnly, 1};
 }
 
-// CTAs of a tile shape that one SM holds at once: two for one consumer at d64 / d128, else one.
-// d256 cannot: ptxas needs 158 registers at launch for its 128-register O wgmma (C7602), and its
-// 192 KB of shared memory hold one CTA per SM anyway.
-constexpr int sm90_min_ctas_per_sm(int consumers, int head_dim) {
-  return consumers == 1 && head_dim <= 128 ? 2 : 1;
-}
-
 // Split-KV for packed calls with few tiles: decode at batch 1 runs one tile per KV head (8 for
 // Llama-3-8B) on a 132-SM card, each walking every key alone (0.24-0.37x cuDNN at 16k keys,
 // docs/results/2026-11-21_h100_b099331_packed). When the tiles fill at most half the SMs, each
 // tile's KV blocks are cut into contiguous splits, one CTA each; every split writes its O
 // (normalized by its own row sum, fp32) and lse to the caller's workspace, and a combine kernel
-// weights the splits by their lse (split_combine.cuh). "The SMs" count the CTAs they hold at
-// once (sm90_min_ctas_per_sm). A split keeps at least
+// weights the splits by their lse (split_combine.cuh). A split keeps at least
 // kSm90MinKvBlocksPerSplit KV blocks. H100, ncu at batch-1 decode (GQA 4:1, d128; attention +
 // combine, us; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys,
 // 4 blocks 17.9 / 19.2 / 36.3, 1 block 14.7 / 19.1 / 35.2; cuDNN 12.1 / 18.0 / 33.4.
@@ -271,10 +263,9 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
   const int64_t rows = int64_t(seqlen_q) * (heads_q / heads_kv);
   const int64_t block_m = int64_t(kSm90BoxCols) * shape.consumers;  // 64 rows per consumer
   const int64_t tiles = (rows + block_m - 1) / block_m * heads_kv * batch;
-  const int64_t ctas = int64_t(num_sms) * sm90_min_ctas_per_sm(shape.consumers, shape.head_dim);
-  if (2 * tiles > ctas) return none;
+  if (2 * tiles > num_sms) return none;
   const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
-  int64_t splits = ctas / tiles;
+  int64_t splits = num_sms / tiles;
   const int64_t by_work = (kv_blocks + kSm90MinKvBlocksPerSplit - 1) / kSm90MinKvBlocksPerSplit;
   splits = splits < by_work ? splits : by_work;
   splits = splits < kSm90MaxKvSplits ? splits : kSm90MaxKvSplits;
@@ -331,7 +322,9 @@ struct Sm90TileConfig {
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
   // One consumer (packed decode tiles, two CTAs per SM): 256 threads launch with 128 registers
   // each (__launch_bounds__(256, 2)); 24 x 128 + 232 x 128 = 32768, half the SM's registers.
-  static constexpr int kMinCtasPerSm = sm90_min_ctas_per_sm(kConsumers_, kHeadDim_);
+  // d256 cannot: ptxas needs 158 registers at launch for its 128-register O wgmma (C7602), and
+  // its 192 KB of shared memory hold one CTA per SM anyway.
+  static constexpr int kMinCtasPerSm = kConsumers_ == 1 && kHeadDim_ <= 128 ? 2 : 1;
   static constexpr int kProducerRegisters =
       kConsumers_ == 3 || kConsumers_ == 1 ? 24 : kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters = kConsumers_ == 3 ? 160 : kWideConsumers ? 240 : 232;
