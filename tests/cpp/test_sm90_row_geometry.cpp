@@ -141,12 +141,11 @@ TEST(Sm90RowGeometry, KvSplitPlansCoverEveryKvBlockOnce) {
     }
   }
   EXPECT_GT(split_plans, 100);
-  // Batch-1 decode of Llama-3-8B (GQA 4:1, d128, 16k keys) on 132 SMs: 8 tiles, 16 splits of
-  // 1024 keys. Batch 16 fills 128 SMs unsplit.
+  // Batch-1 decode of Llama-3-8B (GQA 4:1, d128, 16k keys) on 132 SMs: 8 tiles, 16 splits of 8
+  // KV blocks. Batch 16 fills 128 SMs unsplit.
   const Sm90KvSplitPlan decode = sm90_kv_split_plan(1, 32, 8, 1, 16384, 128, false, 132);
-  const int block_n = sm90_packed_tile_shape(128, false).block_n;
   EXPECT_EQ(decode.splits, 16);
-  EXPECT_EQ(decode.blocks_per_split * block_n, 1024);
+  EXPECT_EQ(decode.blocks_per_split, 8);
   EXPECT_EQ(sm90_kv_split_plan(16, 32, 8, 1, 16384, 128, false, 132).splits, 1);
   EXPECT_EQ(sm90_kv_split_workspace_bytes(decode, 1, 32, 1, 128),
             kSm90SplitWorkspaceOffset + 16 * 32 * 129 * 4);

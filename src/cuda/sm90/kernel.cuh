@@ -39,7 +39,7 @@
 namespace flashcore::detail {
 
 template <DType kDType, class Config, bool kCausal, Sm90Schedule kSchedule>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinCtasPerSm)
+__global__ void __launch_bounds__(Config::kThreads, 1)
     sm90_forward_kernel(const __grid_constant__ CUtensorMap map_q,
                         const __grid_constant__ CUtensorMap map_k,
                         const __grid_constant__ CUtensorMap map_v,

@@ -214,17 +214,27 @@ constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) 
          seqlen_q <= kSm90MaxPackedSeqlenQ;
 }
 
-// The tile shape of packed calls: one consumer warpgroup (64 rows: a decode tile holds G of
-// them), 64-key K/V tiles in 2 stages, one CTA per tile and two CTAs per SM where the shared
-// memory allows (d64 / d128: ~50 / ~100 KB), so the tile boundaries of one CTA fall inside the
-// other's stream. With the shortest-sequence row of the table instead (one CTA per SM, two or
-// three consumers of which one had rows), the H200 read 83.6% of its DRAM peak at batch-64
-// decode against cuDNN's 88.1% with 512 CTAs of 16-row tiles, at 14% occupancy
-// (docs/results/2026-11-21_h200_ed8b345_decode); a third K/V stage there tied with two
-// (docs/results/2026-11-21_h200_85fec3f_packed_stages).
+// K/V stages of packed tiles at head_dim <= 128 (d256 fits no third 40 KB stage pair). H200,
+// decode at batch 16-64: 3 stages tie with 2 (geomean / cuDNN 0.868 vs 0.867,
+// docs/results/2026-11-21_h200_85fec3f_packed_stages), so 2, and no O staging in the V ring.
+#ifdef FLASHCORE_SM90_PACKED_STAGES  // experiments: set it for every TU (C++ and CUDA)
+constexpr int kSm90PackedStages = FLASHCORE_SM90_PACKED_STAGES;
+#else
+constexpr int kSm90PackedStages = 2;
+#endif
+
+// The tile row of packed calls: the table's shortest-sequence row (persistent at every head_dim),
+// whose own bucket holds every length that is packed, with kSm90PackedStages stages.
 constexpr Sm90TileShape sm90_packed_tile_shape(int head_dim, bool causal) {
-  return {head_dim, causal, kAnySeqlen, 64, 2, Sm90Schedule::kOverlapOnly, 1};
+  Sm90TileShape shape = sm90_tile_row(head_dim, causal, 0);
+  if (head_dim <= 128) shape.stages = kSm90PackedStages;
+  return shape;
 }
+static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(64, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(128, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
+                  sm90_packed_tile_shape(128, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ,
+              "packed calls run the row that serves their lengths unpacked");
 
 // Split-KV for packed calls with few tiles: decode at batch 1 runs one tile per KV head (8 for
 // Llama-3-8B) on a 132-SM card, each walking every key alone (0.24-0.37x cuDNN at 16k keys,
@@ -258,8 +268,8 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
       seqlen_k <= 0 || num_sms <= 0) {
     return none;
   }
-  if (sm90_row_count(sm90_kernel_head_dim(head_dim), causal) == 0) return none;  // no kernel
   const Sm90TileShape shape = sm90_packed_tile_shape(sm90_kernel_head_dim(head_dim), causal);
+  if (shape.block_n <= 0) return none;  // no kernel for this head_dim
   const int64_t rows = int64_t(seqlen_q) * (heads_q / heads_kv);
   const int64_t block_m = int64_t(kSm90BoxCols) * shape.consumers;  // 64 rows per consumer
   const int64_t tiles = (rows + block_m - 1) / block_m * heads_kv * batch;
@@ -295,7 +305,7 @@ template <int kHeadDim_, int kBlockN_ = sm90_tile_shape(kHeadDim_).block_n,
           int kL2ReuseMiB_ = kSm90L2ReuseMiB, bool kPacksGroups_ = false>
 struct Sm90TileConfig {
   static_assert(kBlockN_ > 0 && kStages_ > 0, "head_dim has no row in kSm90TileTable");
-  static_assert(kConsumers_ >= 1 && kConsumers_ <= 3, "1 to 3 consumer warpgroups");
+  static_assert(kConsumers_ == 2 || kConsumers_ == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kPacksGroups = kPacksGroups_;
@@ -320,16 +330,9 @@ struct Sm90TileConfig {
   // Three consumers (BLOCK_M 192, 512 threads): 24 x 128 + 160 x 384 = 64512.
   static constexpr int kConsumerRegisterEstimate = kHeadDim / 2 + kBlockN / 2 + kBlockN / 4 + 40;
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
-  // One consumer (packed decode tiles, two CTAs per SM): 256 threads launch with 128 registers
-  // each (__launch_bounds__(256, 2)); 24 x 128 + 232 x 128 = 32768, half the SM's registers.
-  // d256 cannot: ptxas needs 158 registers at launch for its 128-register O wgmma (C7602), and
-  // its 192 KB of shared memory hold one CTA per SM anyway.
-  static constexpr int kMinCtasPerSm = kConsumers_ == 1 && kHeadDim_ <= 128 ? 2 : 1;
-  static constexpr int kProducerRegisters =
-      kConsumers_ == 3 || kConsumers_ == 1 ? 24 : kWideConsumers ? 24 : 40;
+  static constexpr int kProducerRegisters = kConsumers_ == 3 ? 24 : kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters = kConsumers_ == 3 ? 160 : kWideConsumers ? 240 : 232;
-  static_assert(kConsumers_ != 1 || !kWideConsumers, "one consumer: O + S + P must fit 232");
-  static_assert(kConsumers_ != 3 || kConsumerRegisterEstimate <= 160 + 8,
+  static_assert(kConsumers_ == 2 || kConsumerRegisterEstimate <= 160 + 8,
                 "three consumers leave 160 registers each: O + S + P of this tile do not fit");
 
   // Where the overlapped consumer rescales O (consumer_overlap.cuh): between its QK^T and P V
