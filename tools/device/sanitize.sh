@@ -42,7 +42,7 @@ cases=(
   # from row -64, tiles claimed) over keys with a tail.
   "--batch 2 --seqlen-q 1 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 128"
   "--batch 2 --seqlen-q 17 --seqlen-k 150 --heads-q 16 --heads-kv 2 --head-dim 64 --causal"
-  # Split-KV (flashcore-bench passes a workspace): 2 packed tiles, their keys in 6 splits whose
+  # Split-KV (flashcore-bench passes a workspace): 2 packed tiles, their keys in 12 splits whose
   # partials the combine kernel merges; causal with a key tail.
   "--batch 1 --seqlen-q 3 --seqlen-k 3000 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
 )
