@@ -231,10 +231,13 @@ std::string select_dlpack(const InputArray& q, const InputArray& k, const InputA
 
 // Workspace bytes of a call on q and k (k sets the sm90 split-KV partials' size; without it the
 // answer covers any k, see flashcore.h).
-size_t workspace_bytes_for(const TensorView& q, const std::optional<TensorView>& k, bool causal) {
+// `view` describes one tensor (view_of for DLPack arrays, view_of_raw for raw tuples).
+template <class Tensor, class View>
+size_t workspace_bytes_for(const Tensor& q, const std::optional<Tensor>& k, bool causal,
+                           View view) {
   flashcore::AttentionArgs args;
-  args.q = q;
-  if (k) args.k = *k;
+  args.q = view(q, "q");
+  if (k) args.k = view(*k, "k");
   args.causal = causal;
   return flashcore::attention_workspace_bytes(args);
 }
@@ -267,18 +270,14 @@ NB_MODULE(_flashcore, m) {
   m.def(
       "attention_workspace_bytes",
       [](const InputArray& q, const std::optional<InputArray>& k, bool causal) {
-        std::optional<TensorView> k_view;
-        if (k) k_view = view_of(*k, "k");
-        return workspace_bytes_for(view_of(q, "q"), k_view, causal);
+        return workspace_bytes_for(q, k, causal, view_of<InputArray>);
       },
       nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
       "Bytes of device workspace a call on q (and k) needs (0 on the host).");
   m.def(
       "attention_workspace_bytes_raw",
       [](const RawTensor& q, const std::optional<RawTensor>& k, bool causal) {
-        std::optional<TensorView> k_view;
-        if (k) k_view = view_of_raw(*k, "k");
-        return workspace_bytes_for(view_of_raw(q, "q"), k_view, causal);
+        return workspace_bytes_for(q, k, causal, view_of_raw);
       },
       nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
       "attention_workspace_bytes for tensors given as raw tensor tuples.");

@@ -218,7 +218,7 @@ std::string device_name(const Device& device) {
 // The sm90 split-KV partials (sm90_kv_split_plan) of a call that the sm90 backend may run: a
 // Hopper device, fp16 / bf16, backend auto or sm90. Without k (the Python helpers' q-only
 // question) the plan's bound for any k: a split launch has at most one CTA per SM, each with at
-// most a 192-row tile, so splits x rows <= SMs x 192, and splits <= kSm90MaxKvSplits.
+// most sm90_max_packed_block_m() rows, and splits <= kSm90MaxKvSplits.
 size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 #ifdef FLASHCORE_HAS_CUDA
   const TensorView &q = args.q, &k = args.k;
@@ -234,9 +234,8 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
     return 0;
   }
   if (k.ndim != kAttentionRank) {  // no k: the bound for any k
-    constexpr int64_t kLargestBlockM = 192;  // three consumers of 64 rows
     const int64_t rows = batch * heads_q * seqlen_q;
-    const int64_t by_sms = int64_t(device.num_sms) * kLargestBlockM;
+    const int64_t by_sms = int64_t(device.num_sms) * sm90_max_packed_block_m();
     const int64_t by_splits = kSm90MaxKvSplits * rows;
     const int64_t split_rows = by_sms < by_splits ? by_sms : by_splits;
     return static_cast<size_t>(kSm90SplitWorkspaceOffset +

@@ -76,6 +76,16 @@ std::string skip_reason(Backend backend, DType dtype, int head_dim, bool causal)
   return "";
 }
 
+// The message attention_forward throws for `args`, or "" when the call runs.
+std::string forward_error(const AttentionArgs& args) {
+  try {
+    attention_forward(args);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
 // Test names of the suites parameterized by dtype alone.
 std::string dtype_name(const ::testing::TestParamInfo<DType>& info) {
   return to_string(info.param);
@@ -184,15 +194,11 @@ TEST_P(GpuBackend, UnsupportedHeadDimNamesSupportedOnes) {
   args.v = make_tensor(buffer.data() + 2 * 64 * d * 2, dtype, cuda, {1, 64, 1, d});
   args.out = make_tensor(buffer.data() + 3 * 64 * d * 2, dtype, cuda, {1, 64, 1, d});
   args.backend = backend;
-  try {
-    attention_forward(args);
-    FAIL() << "head_dim=" << d << " did not throw";
-  } catch (const Error& error) {
-    const std::string expected = "head_dim=" + std::to_string(d) + " is not supported by backend " +
-                                 to_string(backend) + "; supported: " + list;
-    EXPECT_NE(std::string(error.what()).find(expected), std::string::npos)
-        << error.what() << "\nexpected: " << expected;
-  }
+  const std::string expected = "head_dim=" + std::to_string(d) + " is not supported by backend " +
+                               to_string(backend) + "; supported: " + list;
+  const std::string error = forward_error(args);
+  EXPECT_NE(error.find(expected), std::string::npos)
+      << (error.empty() ? "did not throw" : error) << "\nexpected: " << expected;
 }
 
 TEST_P(GpuBackend, NoKeysGivesZeroOutAndMinusInfLse) {
@@ -375,6 +381,16 @@ struct PendingRun {
     args.workspace = workspace->data(), args.workspace_bytes = workspace->bytes();
   }
 
+  // Runs the call alone on the device (sm90 expected), checks it, prints "[label] shape: ...".
+  void run_and_check(const char* label) {
+    GPU_TEST_CHECK(cudaDeviceSynchronize());  // uploads ran on the legacy stream
+    EXPECT_EQ(attention_forward(args), Backend::kSM90);
+    GPU_TEST_CHECK(cudaDeviceSynchronize());
+    const testing::AccuracyReport report = check();
+    std::printf("[%s] %s: %s\n", label, shape.describe().c_str(), report.summary().c_str());
+    EXPECT_TRUE(report.pass) << report.summary();
+  }
+
   testing::AccuracyReport check() const {  // after the stream has finished
     std::vector<uint8_t> out_host(inputs.q.size());
     std::vector<float> lse_host(lse->bytes() / sizeof(float));
@@ -396,12 +412,7 @@ class GpuWorkspace : public ::testing::TestWithParam<DType> {
 TEST_P(GpuWorkspace, PoisonedWorkspaceIsZeroedBeforeUse) {
   PendingRun run(persistent_shape(GetParam()), 99);
   ASSERT_EQ(run.args.workspace_bytes, 8u);
-  GPU_TEST_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(attention_forward(run.args), Backend::kSM90);
-  GPU_TEST_CHECK(cudaDeviceSynchronize());
-  testing::AccuracyReport report = run.check();
-  std::printf("[sm90 workspace] %s: %s\n", run.shape.describe().c_str(), report.summary().c_str());
-  EXPECT_TRUE(report.pass) << report.summary();
+  run.run_and_check("sm90 workspace");
 }
 
 TEST_P(GpuWorkspace, ConcurrentStreamsWithOwnWorkspaces) {
@@ -427,13 +438,9 @@ TEST_P(GpuWorkspace, HostWorkspaceIsRejected) {
   PendingRun run(persistent_shape(GetParam()), 7);
   uint32_t host_counters[2] = {};
   run.args.workspace = host_counters;
-  try {
-    attention_forward(run.args);
-    FAIL() << "host memory accepted as workspace";
-  } catch (const Error& error) {
-    EXPECT_NE(std::string(error.what()).find("is not memory of cuda:0"), std::string::npos)
-        << error.what();
-  }
+  const std::string error = forward_error(run.args);
+  EXPECT_NE(error.find("is not memory of cuda:0"), std::string::npos)
+      << (error.empty() ? "host memory accepted as workspace" : error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
@@ -477,21 +484,12 @@ TEST_P(GpuSm90KvSplit, SplitsMatchTheReferenceAndNeedTheirWorkspace) {
     AttentionArgs q_only;  // the Python helpers' question: the answer must hold for any k
     q_only.q = run.args.q;
     EXPECT_GE(attention_workspace_bytes(q_only), run.args.workspace_bytes);
-    GPU_TEST_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(attention_forward(run.args), Backend::kSM90);
-    GPU_TEST_CHECK(cudaDeviceSynchronize());
-    const testing::AccuracyReport report = run.check();
-    std::printf("[sm90 split-KV] %s: %s\n", s.describe().c_str(), report.summary().c_str());
-    EXPECT_TRUE(report.pass) << report.summary();
+    run.run_and_check("sm90 split-KV");
 
     run.args.workspace_bytes = 8;  // the tile counters alone
-    try {
-      attention_forward(run.args);
-      ADD_FAILURE() << "8 bytes of workspace accepted for a split call";
-    } catch (const Error& error) {
-      EXPECT_NE(std::string(error.what()).find("smaller than the"), std::string::npos)
-          << error.what();
-    }
+    const std::string error = forward_error(run.args);
+    EXPECT_NE(error.find("smaller than the"), std::string::npos)
+        << (error.empty() ? "8 bytes of workspace accepted for a split call" : error);
   }
 }
 

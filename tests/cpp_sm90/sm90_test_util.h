@@ -1,5 +1,6 @@
 // Helpers for the sm90 PTX wrapper tests: device checks, exact test values, host 16-bit conversion,
-// tensor maps over plain row-major matrices, and comparisons that name the worst elements.
+// tensor maps over plain row-major matrices, comparisons that name the worst elements, and the
+// swizzle-atom alignment of a kernel's dynamic shared memory.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ptx/mbarrier.cuh"  // smem_u32
+#include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "flashcore/flashcore.h"
 
@@ -25,6 +28,16 @@ namespace flashcore::sm90_test {
 
 using detail::BshdTensor;
 using detail::make_bshd_tensor_map;
+
+// Dynamic shared memory is only 16-byte aligned; swizzled tiles start on a swizzle atom. Kernels
+// allocate kSmemSlack extra bytes for the shift.
+constexpr int kSmemSlack = detail::kSwizzleAtomBytes;
+__device__ __forceinline__ uint8_t* align_to_swizzle_atom(uint8_t* p) {
+  const uint32_t address = detail::smem_u32(p);
+  const uint32_t aligned =
+      (address + detail::kSwizzleAtomBytes - 1) & ~(detail::kSwizzleAtomBytes - 1);
+  return p + (aligned - address);
+}
 
 inline bool has_sm90_device() {
   int device = 0;

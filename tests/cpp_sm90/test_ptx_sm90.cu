@@ -19,12 +19,6 @@ using namespace flashcore::detail;
 
 constexpr int kRowsM = 64;                  // wgmma M: one warpgroup
 constexpr int kWarpgroupThreads = 128;
-constexpr int kSmemSlack = 1024;            // to align the dynamic smem base to the swizzle atom
-
-__device__ __forceinline__ uint8_t* align_to_swizzle_atom(uint8_t* p) {
-  const uint32_t a = smem_u32(p);
-  return p + (((a + 1023u) & ~1023u) - a);
-}
 
 // Writes a 64 x N accumulator held in wgmma layout to a row-major matrix.
 template <int kAccRegs>

@@ -38,18 +38,42 @@ struct Box {
 constexpr Box kTailBox{64, 64, 2, 1};
 constexpr Box kInsideBox{0, 16, 1, 0};
 
+// The pieces both TMA round-trip kernels share: the swizzle-aligned tile and its barrier, the
+// loaded tile read back in (row, column) order, and the pattern tile(r, c) = 1000 + 64 r + c
+// (raw 16-bit values) written with ordinary stores for the TMA store to read.
+__device__ uint8_t* tile_with_barrier(uint8_t* smem_raw, uint64_t* bar) {
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  return align_to_swizzle_atom(smem_raw);
+}
+
+__device__ void read_tile(const uint8_t* tile, uint16_t* out) {
+  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+    const int r = i / kBoxCols, c = i % kBoxCols;
+    out[i] = *reinterpret_cast<const uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c));
+  }
+  __syncthreads();  // everyone read the tile before it is overwritten
+}
+
+__device__ void write_pattern_for_store(uint8_t* tile) {
+  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
+    const int r = i / kBoxCols, c = i % kBoxCols;
+    *reinterpret_cast<uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c)) =
+        static_cast<uint16_t>(1000 + 64 * r + c);
+  }
+  fence_proxy_async_shared();  // the TMA store reads what the ordinary stores wrote
+  __syncthreads();
+}
+
 __global__ void __launch_bounds__(128) tma_round_trip_kernel(
     const __grid_constant__ CUtensorMap map_in, const __grid_constant__ CUtensorMap map_out,
     uint16_t* loaded, Box tail_box, Box inside_box) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bar;
-  const uint32_t base = smem_u32(smem_raw);
-  uint8_t* tile = smem_raw + (((base + 1023u) & ~1023u) - base);
-  if (threadIdx.x == 0) {
-    mbarrier_init(&bar, 1);
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  uint8_t* tile = tile_with_barrier(smem_raw, &bar);
   const Box boxes[2] = {tail_box, inside_box};
   for (int phase = 0; phase < 2; ++phase) {
     if (threadIdx.x == 0) {
@@ -58,21 +82,9 @@ __global__ void __launch_bounds__(128) tma_round_trip_kernel(
                   boxes[phase].batch);
     }
     mbarrier_wait_parity(&bar, phase);
-    for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
-      const int r = i / kBoxCols, c = i % kBoxCols;
-      loaded[phase * kBoxRows * kBoxCols + i] =
-          *reinterpret_cast<const uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c));
-    }
-    __syncthreads();  // everyone read the tile before the next load overwrites it
+    read_tile(tile, loaded + phase * kBoxRows * kBoxCols);
   }
-  // Store: tile(r, c) = 1000 + 64 r + c as raw 16-bit patterns, written with ordinary stores.
-  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
-    const int r = i / kBoxCols, c = i % kBoxCols;
-    *reinterpret_cast<uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c)) =
-        static_cast<uint16_t>(1000 + 64 * r + c);
-  }
-  fence_proxy_async_shared();
-  __syncthreads();
+  write_pattern_for_store(tile);
   if (threadIdx.x == 0) {
     tma_store_4d(&map_out, tile, tail_box.col, tail_box.row, tail_box.head, tail_box.batch);
     tma_store_commit_group();
@@ -119,7 +131,7 @@ TEST(Sm90Tma, LoadPhasesZeroFillAndClippedStore) {
   out_tensor.data = out_dev.ptr;
   const CUtensorMap map_in = make_bshd_tensor_map(in_tensor, DType::kFloat16, kBoxRows);
   const CUtensorMap map_out = make_bshd_tensor_map(out_tensor, DType::kFloat16, kBoxRows);
-  const int smem = kBoxBytes + 1024;
+  const int smem = kBoxBytes + kSmemSlack;
   ASSERT_CUDA(cudaFuncSetAttribute(tma_round_trip_kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   tma_round_trip_kernel<<<1, 128, smem>>>(map_in, map_out, loaded.ptr, kTailBox, kInsideBox);
@@ -171,30 +183,14 @@ __global__ void __launch_bounds__(128) tma_packed_round_trip_kernel(
     const __grid_constant__ CUtensorMap map, uint16_t* loaded, PackedBox box) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bar;
-  const uint32_t base = smem_u32(smem_raw);
-  uint8_t* tile = smem_raw + (((base + 1023u) & ~1023u) - base);
-  if (threadIdx.x == 0) {
-    mbarrier_init(&bar, 1);
-    mbarrier_init_fence();
-  }
-  __syncthreads();
+  uint8_t* tile = tile_with_barrier(smem_raw, &bar);
   if (threadIdx.x == 0) {
     mbarrier_arrive_expect_tx(&bar, kBoxBytes);
     tma_load_5d(tile, &map, &bar, 0, 0, box.position, box.group, box.batch);
   }
   mbarrier_wait_parity(&bar, 0);
-  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
-    const int r = i / kBoxCols, c = i % kBoxCols;
-    loaded[i] = *reinterpret_cast<const uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c));
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kBoxRows * kBoxCols; i += blockDim.x) {
-    const int r = i / kBoxCols, c = i % kBoxCols;
-    *reinterpret_cast<uint16_t*>(tile + swizzled_offset<kBoxRows>(r, c)) =
-        static_cast<uint16_t>(1000 + 64 * r + c);
-  }
-  fence_proxy_async_shared();
-  __syncthreads();
+  read_tile(tile, loaded);
+  write_pattern_for_store(tile);
   if (threadIdx.x == 0) {
     tma_store_5d(&map, tile, 0, 0, box.position, box.group, box.batch);
     tma_store_commit_group();
@@ -217,7 +213,7 @@ TEST(Sm90Tma, PackedGroupBoxInterleavesHeadsAndClipsAtTheEnd) {
                         int64_t(kSeqlen) * kPackedHeads * kPackedHeadDim};
   const CUtensorMap map =
       detail::make_group_packed_tensor_map(view, DType::kBFloat16, kGroup, kBoxRows);
-  const int smem = kBoxBytes + 1024;
+  const int smem = kBoxBytes + kSmemSlack;
   ASSERT_CUDA(cudaFuncSetAttribute(tma_packed_round_trip_kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   tma_packed_round_trip_kernel<<<1, 128, smem>>>(map, loaded.ptr, kPackedTailBox);

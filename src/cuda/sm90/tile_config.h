@@ -71,6 +71,9 @@ constexpr int kAnySeqlen = 0x7fffffff;
 // both a TMA box's inner dimension and the unit the tiles' head_dim is built from.
 constexpr int kSm90BoxCols = 64;
 
+// Query rows of one consumer warpgroup: the wgmma M. BLOCK_M = consumers x this.
+constexpr int kSm90RowsPerConsumer = 64;
+
 // The persistent schedules' tile slot behind the mbarriers: the decoded Sm90Tile (five ints,
 // pipeline.cuh checks the size) that the producer hands the consumers with each Q.
 constexpr int kSm90TileSlotBytes = 32;
@@ -214,27 +217,31 @@ constexpr bool sm90_packs_query_groups(int heads_q, int heads_kv, int seqlen_q) 
          seqlen_q <= kSm90MaxPackedSeqlenQ;
 }
 
-// K/V stages of packed tiles at head_dim <= 128 (d256 fits no third 40 KB stage pair). H200,
-// decode at batch 16-64: 3 stages tie with 2 (geomean / cuDNN 0.868 vs 0.867,
-// docs/results/2026-11-21_h200_85fec3f_packed_stages), so 2, and no O staging in the V ring.
-#ifdef FLASHCORE_SM90_PACKED_STAGES  // experiments: set it for every TU (C++ and CUDA)
-constexpr int kSm90PackedStages = FLASHCORE_SM90_PACKED_STAGES;
-#else
-constexpr int kSm90PackedStages = 2;
-#endif
-
 // The tile row of packed calls: the table's shortest-sequence row (persistent at every head_dim),
-// whose own bucket holds every length that is packed, with kSm90PackedStages stages.
+// whose own bucket holds every length that is packed. Its 2 K/V stages: a third tied on the
+// H200 (decode at batch 16-64, geomean / cuDNN 0.868 vs 0.867,
+// docs/results/2026-11-21_h200_85fec3f_packed_stages); one consumer with two CTAs per SM won on
+// the H200 and lost on the H100 (docs/results/2026-11-21_one_consumer_decode_not_kept).
 constexpr Sm90TileShape sm90_packed_tile_shape(int head_dim, bool causal) {
-  Sm90TileShape shape = sm90_tile_row(head_dim, causal, 0);
-  if (head_dim <= 128) shape.stages = kSm90PackedStages;
-  return shape;
+  return sm90_tile_row(head_dim, causal, 0);
 }
-static_assert(sm90_packed_tile_shape(64, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
-                  sm90_packed_tile_shape(64, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
-                  sm90_packed_tile_shape(128, false).max_seqlen_q >= kSm90MaxPackedSeqlenQ &&
-                  sm90_packed_tile_shape(128, true).max_seqlen_q >= kSm90MaxPackedSeqlenQ,
-              "packed calls run the row that serves their lengths unpacked");
+
+// The largest BLOCK_M of a packed tile (it bounds the split-KV partials, validate.cpp), and a
+// check that every packed row serves every packed length.
+constexpr int sm90_max_packed_block_m() {
+  int block_m = 0;
+  for (int head_dim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      const Sm90TileShape shape = sm90_packed_tile_shape(head_dim, causal);
+      if (shape.max_seqlen_q < kSm90MaxPackedSeqlenQ) return -1;
+      const int rows = shape.consumers * kSm90RowsPerConsumer;
+      block_m = rows > block_m ? rows : block_m;
+    }
+  }
+  return block_m;
+}
+static_assert(sm90_max_packed_block_m() > 0,
+              "packed calls run a row that serves their lengths unpacked");
 
 // Split-KV for packed calls with few tiles: decode at batch 1 runs one tile per KV head (8 for
 // Llama-3-8B) on a 132-SM card, each walking every key alone (0.24-0.37x cuDNN at 16k keys,
@@ -271,7 +278,7 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
   const Sm90TileShape shape = sm90_packed_tile_shape(sm90_kernel_head_dim(head_dim), causal);
   if (shape.block_n <= 0) return none;  // no kernel for this head_dim
   const int64_t rows = int64_t(seqlen_q) * (heads_q / heads_kv);
-  const int64_t block_m = int64_t(kSm90BoxCols) * shape.consumers;  // 64 rows per consumer
+  const int64_t block_m = int64_t(kSm90RowsPerConsumer) * shape.consumers;
   const int64_t tiles = (rows + block_m - 1) / block_m * heads_kv * batch;
   if (2 * tiles > num_sms) return none;
   const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
@@ -313,7 +320,7 @@ struct Sm90TileConfig {
   // Bytes of K and V that the CTAs running at one time should share through the L2 (50 MB on an
   // H100 / H200): the tile order's section size (Sm90TileOrder).
   static constexpr int64_t kL2ReuseBytes = int64_t(kL2ReuseMiB_) << 20;
-  static constexpr int kRowsPerConsumer = 64;  // wgmma M
+  static constexpr int kRowsPerConsumer = kSm90RowsPerConsumer;
   static_assert(!kPacksGroups || kRowsPerConsumer % kSm90MaxPackedGroup == 0,
                 "packed tiles: every slab must start at a whole query position");
   static constexpr int kBlockM = kConsumerWarpgroups * kRowsPerConsumer;
