@@ -3,9 +3,9 @@
 // kernel's dynamic shared-memory limit once, and launches on params.stream one CTA per output
 // tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
 // them through the workspace counters, which it zeroes on the stream first). Packed calls with
-// too few tiles split their keys and launch the combine kernel after. Throws Error for anything
-// it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
-// calls to sm80).
+// too few tiles split their keys, and each tile's last split merges them. Throws Error for
+// anything it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends
+// those calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +20,6 @@
 #include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/pipeline.cuh"
-#include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "cuda/sm90/tile_config.h"
 
@@ -42,6 +41,8 @@ inline Sm90TileCounters sm90_tile_counters(const AttentionParams& params) {
 // Split-KV of a packed call (sm90_kv_split_plan), only with the caller's workspace: the
 // partial results live there, behind the tile counters. attention_workspace_bytes sized it with
 // the same plan, and validation checked the size.
+static_assert(kTileCounterCount * sizeof(uint32_t) <= kSm90SplitArrivalsOffset,
+              "the split's arrival counters start past the tile counters");
 template <class Config>
 Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
   Sm90KvSplit kv_split;
@@ -56,6 +57,9 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
                                                 kSm90SplitWorkspaceOffset);
   kv_split.lse_partial = kv_split.o_partial + kv_split.row(params, plan.splits, 0, 0, 0) *
                                                   params.head_dim;
+  kv_split.arrivals = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(params.tile_counters) +
+                                                  kSm90SplitArrivalsOffset);
+  kv_split.arrival_count = plan.arrivals;
   return kv_split;
 }
 
@@ -94,6 +98,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
                 " output tiles (batch x heads_q x seqlen_q / BLOCK_M) exceed the grid limit " +
                 std::to_string(INT_MAX));
   }
+  if (kv_split.splits > 1 && num_tiles > num_sms) {  // the merge relies on it (split_combine.cuh)
+    throw Error("sm90 backend: internal error: a split-KV launch of " + std::to_string(num_tiles) +
+                " tiles does not run one tile per CTA on " + std::to_string(num_sms) + " SMs");
+  }
 
   // Q and O: one 64-row slab per box, of one head, or packed of every query head of a KV group.
   const auto q_or_o_map = [&](const BshdTensor& tensor) {
@@ -126,14 +134,20 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
   raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
   int64_t grid = num_tiles;
+  // Counters in the caller's workspace hold any content: zero them on the stream, the split's
+  // arrival counters (behind the tile counters) in the same memset.
+  int64_t counter_bytes = 0;
   Sm90TileCounters tile_counters;
   if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
     tile_counters = sm90_tile_counters(params);
-    if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
-      FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
-                                           kTileCounterCount * sizeof(uint32_t),
-                                           params.stream));
-    }
+    if (tile_counters.workspace != nullptr) counter_bytes = kTileCounterCount * sizeof(uint32_t);
+  }
+  if (kv_split.splits > 1) {
+    counter_bytes = kSm90SplitArrivalsOffset + kv_split.arrival_count * int64_t(sizeof(uint32_t));
+  }
+  if (counter_bytes > 0) {
+    FLASHCORE_CUDA_CHECK(cudaMemsetAsync(params.tile_counters, 0,
+                                         static_cast<size_t>(counter_bytes), params.stream));
   }
   if constexpr (sm90_is_persistent(kSchedule)) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
@@ -141,10 +155,6 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
       map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
   FLASHCORE_CHECK_LAUNCH();
-  if (kv_split.splits > 1) {
-    launch_sm90_combine_kv_splits<kDType>(params, kv_split);
-    FLASHCORE_CHECK_LAUNCH();
-  }
 }
 
 // Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the

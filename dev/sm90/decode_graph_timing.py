@@ -1,0 +1,120 @@
+"""GPU time per decode call with the host out of the picture: each implementation's calls are
+captured in a CUDA graph and the graph is replayed between two events, so every stream op of a
+call counts (FlashCore's counter memset, kernels, the gaps between them) and no Python or launch
+cost does. This is what an inference engine that replays decode steps as graphs pays per call.
+ncu (dev/sm90/ncu_decode.sh) times kernels alone and misses memsets and gaps; compare.py times
+one call at a time, host included.
+
+    PYTHONPATH=<build>/python python3 dev/sm90/decode_graph_timing.py [--json out.json]
+
+Implementations: FlashCore (flashcore.torch.attention, BSHD, workspace from torch), SDPA pinned
+to cuDNN and to FlashAttention-2 (BHSD views, enable_gqa). Shapes: seqlen_q 1, d128, bf16,
+GQA 4:1 (hq 32, hkv 8) at batch 1 / 16 / 64 and MHA (hq = hkv = 32) at batch 1. Rounds rotate
+the implementations' order; the figure is the median over rounds.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashcore.torch as fct
+
+CALLS_PER_GRAPH = 20  # back-to-back calls in one graph: one replay's launch cost spread thin
+REPLAYS = 10          # timed replays per round
+ROUNDS = 5
+# (batch, seqlen_k, heads_q, heads_kv)
+SHAPES = [(1, 1024, 32, 8), (1, 4096, 32, 8), (1, 16384, 32, 8), (16, 1024, 32, 8),
+          (16, 4096, 32, 8), (64, 4096, 32, 8), (1, 4096, 32, 32), (1, 16384, 32, 32)]
+HEAD_DIM = 128
+
+
+def implementations(q, k, v):
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # BHSD views for SDPA
+
+    def sdpa(backend):
+        def call():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        return call
+
+    return {"flashcore": lambda: fct.attention(q, k, v),
+            "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+            "fa2": sdpa(SDPBackend.FLASH_ATTENTION)}
+
+
+def capture(call):
+    """A graph of CALLS_PER_GRAPH calls (after eager warm-up on a side stream, as torch asks)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            call()
+    return graph
+
+
+def time_graph(graph):
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(REPLAYS):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / (REPLAYS * CALLS_PER_GRAPH)  # us per call
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    records = []
+    for batch, seqlen_k, heads_q, heads_kv in SHAPES:
+        def rand(*shape):
+            return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+        q = rand(batch, 1, heads_q, HEAD_DIM)
+        k, v = rand(batch, seqlen_k, heads_kv, HEAD_DIM), rand(batch, seqlen_k, heads_kv, HEAD_DIM)
+        calls = implementations(q, k, v)
+        ref = calls["cudnn"]().transpose(1, 2).float()
+        graphs, errors, times = {}, {}, {}
+        for name, call in calls.items():
+            try:
+                out = call()
+                out = out if name == "flashcore" else out.transpose(1, 2)
+                errors[name] = (out.float() - ref).abs().max().item()
+                graphs[name] = capture(call)
+                times[name] = []
+            except RuntimeError as error:  # an implementation that cannot run or be captured
+                print(f"b{batch} sk{seqlen_k} hq{heads_q} hkv{heads_kv} {name}: {error}")
+        names = list(graphs)
+        for round_index in range(ROUNDS):
+            order = names[round_index % len(names):] + names[:round_index % len(names)]
+            for name in order:
+                times[name].append(time_graph(graphs[name]))
+        median = {name: statistics.median(t) for name, t in times.items()}
+        record = {"batch": batch, "seqlen_k": seqlen_k, "heads_q": heads_q, "heads_kv": heads_kv,
+                  "us_per_call": median, "samples": times, "max_abs_err_vs_cudnn": errors}
+        records.append(record)
+        cells = "  ".join(f"{name} {median[name]:7.2f}" for name in names)
+        ratios = "  ".join(f"vs {name} {median[name] / median['flashcore']:.2f}"
+                           for name in names if name != "flashcore" and "flashcore" in median)
+        print(f"b{batch:<3} sk{seqlen_k:<6} hq{heads_q} hkv{heads_kv}  us/call: {cells}  "
+              f"flashcore speedup: {ratios}", flush=True)
+        del graphs
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                       "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS, "rounds": ROUNDS,
+                       "records": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
