@@ -13,6 +13,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "common/params.h"
@@ -43,6 +44,18 @@ inline Sm90TileCounters sm90_tile_counters(const AttentionParams& params) {
 // the same plan, and validation checked the size.
 static_assert(kTileCounterCount * sizeof(uint32_t) <= kSm90SplitArrivalsOffset,
               "the split's arrival counters start past the tile counters");
+
+// A tag per split launch for its arrival counters (Sm90KvSplit): distinct from the tags of the
+// process's other launches and nonzero (0 is the word the last arrival leaves). Random per
+// process, so a workspace another process left counters in does not share its tags either;
+// whatever else the workspace held matches with probability 2^-56.
+inline unsigned long long sm90_next_arrival_tag() {
+  constexpr unsigned long long kTagMask = (1ull << (64 - kSm90ArrivalCountBits)) - 1;
+  static std::atomic<unsigned long long> next{std::random_device{}() * 0x9E3779B97F4A7C15ull};
+  unsigned long long tag = 0;
+  while (tag == 0) tag = next.fetch_add(1, std::memory_order_relaxed) & kTagMask;
+  return tag;
+}
 template <class Config>
 Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
   Sm90KvSplit kv_split;
@@ -57,9 +70,10 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
                                                 kSm90SplitWorkspaceOffset);
   kv_split.lse_partial = kv_split.o_partial + kv_split.row(params, plan.splits, 0, 0, 0) *
                                                   params.head_dim;
-  kv_split.arrivals = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(params.tile_counters) +
-                                                  kSm90SplitArrivalsOffset);
-  kv_split.arrival_count = plan.arrivals;
+  const uintptr_t arrivals =
+      reinterpret_cast<uintptr_t>(params.tile_counters) + kSm90SplitArrivalsOffset;
+  kv_split.arrivals = reinterpret_cast<unsigned long long*>((arrivals + 7) & ~uintptr_t(7));
+  kv_split.arrival_tag = sm90_next_arrival_tag();
   return kv_split;
 }
 
@@ -134,20 +148,14 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
   raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
   int64_t grid = num_tiles;
-  // Counters in the caller's workspace hold any content: zero them on the stream, the split's
-  // arrival counters (behind the tile counters) in the same memset.
-  int64_t counter_bytes = 0;
   Sm90TileCounters tile_counters;
   if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
     tile_counters = sm90_tile_counters(params);
-    if (tile_counters.workspace != nullptr) counter_bytes = kTileCounterCount * sizeof(uint32_t);
-  }
-  if (kv_split.splits > 1) {
-    counter_bytes = kSm90SplitArrivalsOffset + kv_split.arrival_count * int64_t(sizeof(uint32_t));
-  }
-  if (counter_bytes > 0) {
-    FLASHCORE_CUDA_CHECK(cudaMemsetAsync(params.tile_counters, 0,
-                                         static_cast<size_t>(counter_bytes), params.stream));
+    if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
+      FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
+                                           kTileCounterCount * sizeof(uint32_t),
+                                           params.stream));
+    }
   }
   if constexpr (sm90_is_persistent(kSchedule)) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)

@@ -29,8 +29,10 @@ static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the sme
 struct Sm90KvSplit {
   float* o_partial = nullptr;    // [splits][batch][heads_q][seqlen_q][head_dim]
   float* lse_partial = nullptr;  // [splits][batch][heads_q][seqlen_q]
-  uint32_t* arrivals = nullptr;  // [tile][consumer]: splits done, zeroed before the launch
-  int arrival_count = 0;         // counters at `arrivals` (Sm90KvSplitPlan::arrivals)
+  // [tile][consumer]: the launch's tag above kSm90ArrivalCountBits of splits done
+  // (sm90_arrive_split_last); any other tag counts as none.
+  unsigned long long* arrivals = nullptr;
+  unsigned long long arrival_tag = 0;  // this launch's, nonzero, below 2^(64 - count bits)
   int splits = 1;
   int blocks_per_split = 0;
 

@@ -29,9 +29,10 @@ namespace flashcore::detail {
 // The arrival counter of `consumer`'s slab of `tile` (a packed tile: head is the KV head),
 // the same for every split of the tile.
 template <class Config>
-__device__ __forceinline__ uint32_t* sm90_split_arrival(const AttentionParams& params,
-                                                        const Sm90KvSplit& kv_split,
-                                                        const Sm90Tile& tile, int consumer) {
+__device__ __forceinline__ unsigned long long* sm90_split_arrival(const AttentionParams& params,
+                                                                  const Sm90KvSplit& kv_split,
+                                                                  const Sm90Tile& tile,
+                                                                  int consumer) {
   const int64_t tile_index =
       (int64_t(tile.batch) * params.heads_kv + tile.head) * sm90_m_blocks<Config>(params) +
       tile.m_block;
@@ -42,14 +43,32 @@ __device__ __forceinline__ uint32_t* sm90_split_arrival(const AttentionParams& p
 // partial rows. True in every thread of the warpgroup that arrives last, which may then read
 // every split's rows: the CUDA programming guide's last-block pattern (each writer fences before
 // the count, the last one fences after reading it).
-__device__ __forceinline__ bool sm90_arrive_split_last(uint32_t* arrival, int splits,
+// The counter needs no zeroing before the launch (a memset node cost more than the merge saved
+// in CUDA graphs): it holds the launch's tag above the count (Sm90KvSplit::arrival_tag), and a
+// word with another tag, whatever the workspace held, counts as no arrival yet. The last
+// arrival sets the word back to 0, so a graph replaying this launch with its tag starts from 0.
+__device__ __forceinline__ bool sm90_arrive_split_last(unsigned long long* arrival,
+                                                       const Sm90KvSplit& kv_split,
                                                        uint32_t barrier_id,
                                                        int thread_in_warpgroup) {
   constexpr uint32_t kWarpgroupThreads = 128;
   __threadfence();  // this thread's partial rows reach the device before the count does
   named_barrier_sync(barrier_id, kWarpgroupThreads);
   bool last = false;
-  if (thread_in_warpgroup == 0) last = atomicAdd(arrival, 1u) == static_cast<uint32_t>(splits - 1);
+  if (thread_in_warpgroup == 0) {
+    const unsigned long long tagged_zero = kv_split.arrival_tag << kSm90ArrivalCountBits;
+    unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(arrival);
+    unsigned long long before;
+    do {
+      before = seen;
+      const bool this_launch = (before >> kSm90ArrivalCountBits) == kv_split.arrival_tag;
+      seen = atomicCAS(arrival, before, (this_launch ? before : tagged_zero) + 1);
+    } while (seen != before);
+    const bool this_launch = (before >> kSm90ArrivalCountBits) == kv_split.arrival_tag;
+    const unsigned long long earlier = this_launch ? before - tagged_zero : 0;
+    last = earlier == static_cast<unsigned long long>(kv_split.splits - 1);
+    if (last) atomicExch(arrival, 0ull);
+  }
   last = named_barrier_sync_or(barrier_id, kWarpgroupThreads, last);
   if (last) __threadfence();
   return last;
@@ -60,7 +79,7 @@ __device__ __forceinline__ bool sm90_arrive_split_last(uint32_t* arrival, int sp
 // loads are all issued before any is used (a split at a time waited for the L2 once per load),
 // with a running maximum across batches. Loads bypass L1 (__ldcg): other SMs wrote them.
 constexpr int kMergeColumns = 4;
-constexpr int kMergeBatch = 8;
+constexpr int kMergeBatch = 16;  // one round for up to 16 splits; nothing else is live here
 
 template <DType kDType, class Config>
 __device__ __forceinline__ void sm90_merge_splits(const AttentionParams& params,
@@ -138,8 +157,8 @@ __device__ __forceinline__ void sm90_finish_split(const AttentionParams& params,
   const int query_rows = sm90_query_rows(params, tile.batch, group_shift);
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
   if (!sm90_slab_has_rows<Config>(slab_row_begin, query_rows)) return;  // nothing to merge
-  uint32_t* arrival = sm90_split_arrival<Config>(params, kv_split, tile, consumer);
-  if (sm90_arrive_split_last(arrival, kv_split.splits, barrier_id, thread_in_warpgroup)) {
+  unsigned long long* arrival = sm90_split_arrival<Config>(params, kv_split, tile, consumer);
+  if (sm90_arrive_split_last(arrival, kv_split, barrier_id, thread_in_warpgroup)) {
     sm90_merge_splits<kDType, Config>(params, kv_split, tile, slab_row_begin, query_rows,
                                       group_shift, thread_in_warpgroup);
   }

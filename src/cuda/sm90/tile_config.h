@@ -267,19 +267,19 @@ struct Sm90KvSplitPlan {
 };
 
 // Workspace of a split call: the tile counters (kTileCounterCount uint32, params.h) in the first
-// kSm90SplitArrivalsOffset bytes, the arrival counters after them, and from
-// kSm90SplitWorkspaceOffset per split O (head_dim floats) and lse of every (batch, head, query
-// row). The launcher zeroes the counters on the stream before each split launch. A split launch
-// has at most one tile per two SMs, so the 1008 counters serve cards of up to 672 SMs; the plan
-// splits nothing beyond that.
+// kSm90SplitArrivalsOffset bytes, the 64-bit arrival counters after them (8-byte aligned: the
+// workspace itself need only be 4-byte aligned), and from kSm90SplitWorkspaceOffset per split O
+// (head_dim floats) and lse of every (batch, head, query row). The counters need no zeroing:
+// each holds a launch tag above kSm90ArrivalCountBits of count (split_combine.cuh). A split
+// launch has at most one tile per two SMs and three consumers, so the 503 counters serve cards
+// of up to 335 SMs; the plan splits nothing beyond that.
 constexpr int64_t kSm90SplitArrivalsOffset = 64;    // bytes; the tile counters come first
 constexpr int64_t kSm90SplitWorkspaceOffset = 4096;  // bytes; the partials start here
 constexpr int64_t kSm90MaxSplitArrivals =
-    (kSm90SplitWorkspaceOffset - kSm90SplitArrivalsOffset) / 4;
+    (kSm90SplitWorkspaceOffset - kSm90SplitArrivalsOffset - 8) / 8;  // 8: alignment slack
+constexpr int kSm90ArrivalCountBits = 8;
+static_assert(kSm90MaxKvSplits < (1 << kSm90ArrivalCountBits), "arrival counts overflow");
 
-// The plan of a call, from its shape and the device's SM count. The launcher and
-// attention_workspace_bytes both take it from here, so the workspace a caller sizes is the one
-// the launch uses.
 constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_kv, int seqlen_q,
                                              int seqlen_k, int head_dim, bool causal,
                                              int num_sms) {
