@@ -450,12 +450,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
 
 // Batch-1 decode runs one packed tile per KV head, far fewer than the SMs: with a workspace the
 // keys are split over CTAs (detail::sm90_kv_split_plan), each split writes its partial O and lse
-// into the (poisoned) workspace, and the last split of each tile merges them. Decode with a key
-// tail at every head_dim and both masks, causal queries whose early rows see few keys (splits
-// with no key for them), MQA with 64 heads, MHA, two sequences; each must ask for split
-// workspace, pass the accuracy rule, pass it again on the workspace the first call left (its
-// arrival counters at their final counts), and fail cleanly when handed only the tile counters'
-// 8 bytes.
+// into the (poisoned) workspace, and a combine kernel merges them. Decode with a key tail at
+// every head_dim and both masks, causal queries whose early rows see few keys (splits with no
+// key for them), MQA with 64 heads, MHA, two sequences; each must ask for split workspace, pass the
+// accuracy rule, pass it again on the workspace the first call left (partials and counters of
+// that call), and fail cleanly when handed only the tile counters' 8 bytes.
 class GpuSm90KvSplit : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90KvSplit, SplitsMatchTheReferenceAndNeedTheirWorkspace) {

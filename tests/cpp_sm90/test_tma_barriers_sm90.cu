@@ -7,8 +7,6 @@
 //       packed GQA tiles (query heads of a group interleaved in the box's rows).
 //   (d) a 384-thread kernel with setmaxnreg (producer dec, consumers inc), a 256-thread named
 //       barrier between the consumer warpgroups, and an mbarrier that needs 256 arrivals.
-//   (e) named_barrier_sync_or per warpgroup: one thread's predicate reaches all 128 (how the
-//       last split of a split-KV tile tells its warpgroup), none gives false.
 #include <cuda.h>
 
 #include <sstream>
@@ -295,33 +293,6 @@ TEST(Sm90Barriers, NamedBarrierSetmaxnregAndMbarrierArrivals) {
                             << "named barrier (id " << kConsumerBarrierId << ", 256 threads)";
   }
   EXPECT_EQ(got[kConsumerThreads], 1) << "producer never saw the 256 mbarrier arrivals";
-}
-
-// (e) Two warpgroups, each on its own barrier id: in warpgroup 0 only thread kVoter votes true,
-// in warpgroup 1 nobody does; a second round where every odd thread votes.
-constexpr int kVoter = 77;
-
-__global__ void __launch_bounds__(256) barrier_or_kernel(int* out) {
-  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-  const uint32_t id = 5 + warpgroup;
-  const bool first = named_barrier_sync_or(id, 128, threadIdx.x == kVoter);
-  const bool second = named_barrier_sync_or(id, 128, threadIdx.x % 2 == 1);
-  out[threadIdx.x] = (first ? 1 : 0) + (second ? 2 : 0);
-}
-
-TEST(Sm90Barriers, NamedBarrierOrReachesEveryThreadOfItsWarpgroup) {
-  SKIP_WITHOUT_SM90();
-  DeviceBuffer<int> out(256);
-  ASSERT_CUDA(cudaMemset(out.ptr, 0xFF, out.count * sizeof(int)));
-  barrier_or_kernel<<<1, 256>>>(out.ptr);
-  ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(synchronize_or_exit(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-  const std::vector<int> got = out.to_host();
-  for (int t = 0; t < 256; ++t) {
-    const int want = (t < 128 ? 1 : 0) + 2;  // warpgroup 0 holds the voter; both hold odd threads
-    ASSERT_EQ(got[t], want) << "thread " << t << ": bar.red.or gave the wrong vote (1: first "
-                            << "round true, 2: second round true)";
-  }
 }
 
 }  // namespace

@@ -115,8 +115,7 @@ def test_torch_compile_fullgraph(device):
 
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim). The decode shape splits its keys on
-# sm90 (each launch tags its split counters; a replay reuses the tag, so the counters must come
-# back to 0 after every replay).
+# sm90: the attention kernel and the combine kernel both replay from the graph.
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(1, 128, 256, 8, 2, 128), (1, 1, 4096, 32, 8, 128)],
                          ids=["prefill", "split_decode"])

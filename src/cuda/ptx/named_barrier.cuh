@@ -12,24 +12,6 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t thread_
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(thread_count) : "memory");
 }
 
-// named_barrier_sync that also returns whether `predicate` held in any of the threads
-// (bar.red.or.pred): one thread's decision reaches the others without a shared-memory word.
-__device__ __forceinline__ bool named_barrier_sync_or(uint32_t id, uint32_t thread_count,
-                                                      bool predicate) {
-  uint32_t any;
-  asm volatile(
-      "{\n"
-      ".reg .pred p, q;\n"
-      "setp.ne.u32 p, %1, 0;\n"
-      "bar.red.or.pred q, %2, %3, p;\n"
-      "selp.u32 %0, 1, 0, q;\n"
-      "}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(predicate)), "r"(id), "r"(thread_count)
-      : "memory");
-  return any != 0;
-}
-
 // Counts this warp towards barrier `id` without waiting: the producer side of a signal.
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t thread_count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(thread_count) : "memory");

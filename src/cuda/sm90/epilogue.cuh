@@ -29,8 +29,8 @@ namespace flashcore::detail {
 constexpr uint32_t kEpilogueBarrierBase = 1;
 
 // One split of a split-KV tile (packed kernels): its O, normalized by its own row sums, and its
-// lse go to the workspace in fp32 for the slab's last split, which writes out and lse
-// (sm90_finish_split). Columns past the call's head_dim (a padded 96) are not written.
+// lse go to the workspace in fp32 for the combine kernel, which writes out and lse. Columns past
+// the call's head_dim (a padded 96) are not written.
 template <class Config, int kOAccRegs>
 __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
                                                  const float (&lse)[2],
@@ -77,9 +77,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   softmax.finalize(inv_sum, lse);
   scale_rows(o, inv_sum);
 
-  // A split writes partial results instead of out and lse (the slab's last split merges them
-  // after the CTA's tile loop: sm90_finish_split); the staging and hand-back below run as for
-  // any tile (minus the store), so the barrier protocol does not depend on the split.
+  // A split writes partial results instead of out and lse; the staging and hand-back below run
+  // as for any tile (minus the store), so the barrier protocol does not depend on the split.
   bool writes_split = false;
   if constexpr (Config::kPacksGroups) {
     writes_split = kv_split.splits > 1;

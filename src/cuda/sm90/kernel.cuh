@@ -33,7 +33,6 @@
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/smem_layout.cuh"
-#include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tile_config.h"
 #include "cuda/sm90/trace.cuh"
 
@@ -170,14 +169,6 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (!kPersistent) break;
     }
     turns.finish();
-    if constexpr (Config::kPacksGroups) {
-      if (kv_split.splits > 1) {
-        const Sm90TileOrder<Config, kCausal> split_order(params);
-        sm90_finish_split<kDType, Config>(params, kv_split, split_order.tile(params, blockIdx.x),
-                                          consumer, kEpilogueBarrierBase + consumer,
-                                          thread_in_warpgroup);
-      }
-    }
     if (kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // the last O store
   }
 #endif

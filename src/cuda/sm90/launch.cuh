@@ -3,9 +3,9 @@
 // kernel's dynamic shared-memory limit once, and launches on params.stream one CTA per output
 // tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
 // them through the workspace counters, which it zeroes on the stream first). Packed calls with
-// too few tiles split their keys, and each tile's last split merges them. Throws Error for
-// anything it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends
-// those calls to sm80).
+// too few tiles split their keys and launch the combine kernel after. Throws Error for anything
+// it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
+// calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,7 +13,6 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
-#include <random>
 #include <string>
 
 #include "common/params.h"
@@ -21,6 +20,7 @@
 #include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "cuda/sm90/tile_config.h"
 
@@ -42,20 +42,6 @@ inline Sm90TileCounters sm90_tile_counters(const AttentionParams& params) {
 // Split-KV of a packed call (sm90_kv_split_plan), only with the caller's workspace: the
 // partial results live there, behind the tile counters. attention_workspace_bytes sized it with
 // the same plan, and validation checked the size.
-static_assert(kTileCounterCount * sizeof(uint32_t) <= kSm90SplitArrivalsOffset,
-              "the split's arrival counters start past the tile counters");
-
-// A tag per split launch for its arrival counters (Sm90KvSplit): distinct from the tags of the
-// process's other launches and nonzero (0 is the word the last arrival leaves). Random per
-// process, so a workspace another process left counters in does not share its tags either;
-// whatever else the workspace held matches with probability 2^-56.
-inline unsigned long long sm90_next_arrival_tag() {
-  constexpr unsigned long long kTagMask = (1ull << (64 - kSm90ArrivalCountBits)) - 1;
-  static std::atomic<unsigned long long> next{std::random_device{}() * 0x9E3779B97F4A7C15ull};
-  unsigned long long tag = 0;
-  while (tag == 0) tag = next.fetch_add(1, std::memory_order_relaxed) & kTagMask;
-  return tag;
-}
 template <class Config>
 Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
   Sm90KvSplit kv_split;
@@ -70,10 +56,6 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
                                                 kSm90SplitWorkspaceOffset);
   kv_split.lse_partial = kv_split.o_partial + kv_split.row(params, plan.splits, 0, 0, 0) *
                                                   params.head_dim;
-  const uintptr_t arrivals =
-      reinterpret_cast<uintptr_t>(params.tile_counters) + kSm90SplitArrivalsOffset;
-  kv_split.arrivals = reinterpret_cast<unsigned long long*>((arrivals + 7) & ~uintptr_t(7));
-  kv_split.arrival_tag = sm90_next_arrival_tag();
   return kv_split;
 }
 
@@ -111,10 +93,6 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
                 " output tiles (batch x heads_q x seqlen_q / BLOCK_M) exceed the grid limit " +
                 std::to_string(INT_MAX));
-  }
-  if (kv_split.splits > 1 && num_tiles > num_sms) {  // the merge relies on it (split_combine.cuh)
-    throw Error("sm90 backend: internal error: a split-KV launch of " + std::to_string(num_tiles) +
-                " tiles does not run one tile per CTA on " + std::to_string(num_sms) + " SMs");
   }
 
   // Q and O: one 64-row slab per box, of one head, or packed of every query head of a KV group.
@@ -163,6 +141,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
       map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
   FLASHCORE_CHECK_LAUNCH();
+  if (kv_split.splits > 1) {
+    launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+    FLASHCORE_CHECK_LAUNCH();
+  }
 }
 
 // Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the

@@ -24,15 +24,11 @@ static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the sme
 
 // Split-KV of a packed launch (sm90_kv_split_plan): tile t's KV blocks in `splits` contiguous
 // ranges, each a tile of its own; a split's epilogue writes its partial O and lse here, in the
-// caller's workspace, and the split of a consumer slab that arrives last merges them
-// (split_combine.cuh). splits = 1: no split, and unpacked kernels never read it.
+// caller's workspace, for the combine kernel (split_combine.cuh). splits = 1: no split, and
+// unpacked kernels never read it.
 struct Sm90KvSplit {
   float* o_partial = nullptr;    // [splits][batch][heads_q][seqlen_q][head_dim]
   float* lse_partial = nullptr;  // [splits][batch][heads_q][seqlen_q]
-  // [tile][consumer]: the launch's tag above kSm90ArrivalCountBits of splits done
-  // (sm90_arrive_split_last); any other tag counts as none.
-  unsigned long long* arrivals = nullptr;
-  unsigned long long arrival_tag = 0;  // this launch's, nonzero, below 2^(64 - count bits)
   int splits = 1;
   int blocks_per_split = 0;
 

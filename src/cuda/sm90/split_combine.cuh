@@ -1,17 +1,16 @@
-// Merge step of split-KV (Sm90KvSplit): each split of a query row left its O, normalized by its
-// own row sum, and its lse (natural log) in the workspace. The row's softmax over all keys is
+// Combine step of split-KV (Sm90KvSplit): each split of a query row left its O, normalized by
+// its own row sum, and its lse (natural log) in the workspace. The row's softmax over all keys is
 //   lse = log(sum_i exp(lse_i)),   out = sum_i exp(lse_i - lse) * O_i,
 // since exp(lse_i) is split i's row sum of exp(s - 0). A split whose keys the row cannot see has
 // lse_i = -inf and weight 0; a row that sees no key at all gets out = 0 and lse = -inf, as the
 // kernel writes for it unsplit.
 //
-// No second kernel: a split launch runs one tile (one split of a tile) per CTA, and when a
-// consumer warpgroup has written its slab's partial rows and left the tile loop, it counts the
-// split in the slab's arrival counter. The warpgroup that arrives last (all other splits' rows
-// are written by then) merges the slab's rows into out and lse. After the loop, not in the
-// epilogue: nothing of the merge is live across the main loop (inlined into the epilogue, the
-// d256 kernel spilled there). A combine kernel launched after the attention kernel took 4.7 us of
-// the 15.6 / 18.8 / 34.6 us of a batch-1 decode call at 1k / 4k / 16k keys on the H100 (ncu).
+// One warp per 32 output columns of a (batch, head, position) row: lanes reduce the splits' lse
+// (at most 64, two per lane), then each lane sums its column over the splits, loads issued
+// kCombineLoadBatch at a time, the first batch beside the lse loads. The partial rows are
+// numbered (split, batch, head, position), so split s of output row r is partial row
+// s x rows + r. A warp per whole row (8 blocks at batch-1 decode) walked 16 splits one load at
+// a time: 34 us under ncu at 16k keys, longer than the attention kernel (30 us); now 4.7 us.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,147 +20,104 @@
 
 #include "common/params.h"
 #include "cuda/common/numeric.cuh"
-#include "cuda/ptx/named_barrier.cuh"
 #include "cuda/sm90/pipeline.cuh"
 
 namespace flashcore::detail {
 
-// The arrival counter of `consumer`'s slab of `tile` (a packed tile: head is the KV head),
-// the same for every split of the tile.
-template <class Config>
-__device__ __forceinline__ unsigned long long* sm90_split_arrival(const AttentionParams& params,
-                                                                  const Sm90KvSplit& kv_split,
-                                                                  const Sm90Tile& tile,
-                                                                  int consumer) {
-  const int64_t tile_index =
-      (int64_t(tile.batch) * params.heads_kv + tile.head) * sm90_m_blocks<Config>(params) +
-      tile.m_block;
-  return kv_split.arrivals + tile_index * Config::kConsumerWarpgroups + consumer;
-}
+constexpr int kCombineWarpsPerBlock = 4;
+constexpr int kCombineMaxSplitsPerLane = 2;  // kSm90MaxKvSplits over a warp
+constexpr int kCombineLoadBatch = 16;        // independent loads in flight per lane
+constexpr int kCombineColumnsPerWarp = 32;
+static_assert(kSm90MaxKvSplits <= 32 * kCombineMaxSplitsPerLane, "combine: too many splits");
 
-// Counts this warpgroup's split of its slab as done once all 128 threads have written their
-// partial rows. True in every thread of the warpgroup that arrives last, which may then read
-// every split's rows: the CUDA programming guide's last-block pattern (each writer fences before
-// the count, the last one fences after reading it).
-// The counter needs no zeroing before the launch (a memset node cost more than the merge saved
-// in CUDA graphs): it holds the launch's tag above the count (Sm90KvSplit::arrival_tag), and a
-// word with another tag, whatever the workspace held, counts as no arrival yet. The last
-// arrival sets the word back to 0, so a graph replaying this launch with its tag starts from 0.
-__device__ __forceinline__ bool sm90_arrive_split_last(unsigned long long* arrival,
-                                                       const Sm90KvSplit& kv_split,
-                                                       uint32_t barrier_id,
-                                                       int thread_in_warpgroup) {
-  constexpr uint32_t kWarpgroupThreads = 128;
-  __threadfence();  // this thread's partial rows reach the device before the count does
-  named_barrier_sync(barrier_id, kWarpgroupThreads);
-  bool last = false;
-  if (thread_in_warpgroup == 0) {
-    const unsigned long long tagged_zero = kv_split.arrival_tag << kSm90ArrivalCountBits;
-    unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(arrival);
-    unsigned long long before;
-    do {
-      before = seen;
-      const bool this_launch = (before >> kSm90ArrivalCountBits) == kv_split.arrival_tag;
-      seen = atomicCAS(arrival, before, (this_launch ? before : tagged_zero) + 1);
-    } while (seen != before);
-    const bool this_launch = (before >> kSm90ArrivalCountBits) == kv_split.arrival_tag;
-    const unsigned long long earlier = this_launch ? before - tagged_zero : 0;
-    last = earlier == static_cast<unsigned long long>(kv_split.splits - 1);
-    if (last) atomicExch(arrival, 0ull);
-  }
-  last = named_barrier_sync_or(barrier_id, kWarpgroupThreads, last);
-  if (last) __threadfence();
-  return last;
-}
+template <DType kDType>
+__global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
+    sm90_combine_kv_splits(const __grid_constant__ AttentionParams params,
+                           const Sm90KvSplit kv_split) {
+  const int lane = threadIdx.x % 32;
+  const int chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
+  const int64_t warp = int64_t(blockIdx.x) * kCombineWarpsPerBlock + threadIdx.x / 32;
+  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+  if (warp >= rows * chunks) return;  // whole warps
+  const int64_t row = warp / chunks;
+  const int col = static_cast<int>(warp % chunks) * kCombineColumnsPerWarp + lane;
+  const int position = static_cast<int>(row % params.seqlen_q);
+  const int head = static_cast<int>(row / params.seqlen_q % params.heads_q);
+  const int batch = static_cast<int>(row / params.seqlen_q / params.heads_q);
 
-// The last split of a consumer slab merges its rows: 128 threads, kMergeColumns adjacent
-// columns of a row per thread and step. The splits go in batches of kMergeBatch whose lse and O
-// loads are all issued before any is used (a split at a time waited for the L2 once per load),
-// with a running maximum across batches. Loads bypass L1 (__ldcg): other SMs wrote them.
-constexpr int kMergeColumns = 4;
-constexpr int kMergeBatch = 16;  // one round for up to 16 splits; nothing else is live here
-
-template <DType kDType, class Config>
-__device__ __forceinline__ void sm90_merge_splits(const AttentionParams& params,
-                                                  const Sm90KvSplit& kv_split,
-                                                  const Sm90Tile& tile, int slab_row_begin,
-                                                  int query_rows, int group_shift,
-                                                  int thread_in_warpgroup) {
-  static_assert(kSm90BoxCols % kMergeColumns == 0, "head_dim must split into merge chunks");
-  const int row_begin = slab_row_begin > 0 ? slab_row_begin : 0;
-  const int slab_end = slab_row_begin + Config::kRowsPerConsumer;
-  const int row_end = slab_end < query_rows ? slab_end : query_rows;
-  const int chunks = params.head_dim / kMergeColumns;  // head_dim is a multiple of 8
-  const int items = (row_end - row_begin) * chunks;
-  const int64_t split_stride = kv_split.row(params, 1, 0, 0, 0);  // partial rows of one split
-  for (int item = thread_in_warpgroup; item < items; item += Config::kThreadsPerWarpgroup) {
-    const int row = row_begin + item / chunks;
-    const int col = item % chunks * kMergeColumns;
-    const int head_q = (tile.head << group_shift) + (row & ((1 << group_shift) - 1));
-    const int position = row >> group_shift;
-    const int64_t first_row = kv_split.row(params, 0, tile.batch, head_q, position);
-
-    float max_lse = -INFINITY, sum = 0.0f, acc[kMergeColumns] = {};
-    for (int first = 0; first < kv_split.splits; first += kMergeBatch) {
-      float lse_of[kMergeBatch], o_of[kMergeBatch][kMergeColumns];
+  // The first kCombineLoadBatch splits' O values are loaded together with the lse values, so a
+  // call with up to that many splits waits for memory once.
+  const bool in_row = col < params.head_dim;
+  const auto load_values = [&](int first, float (&value)[kCombineLoadBatch]) {
 #pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const bool exists = first + j < kv_split.splits;
-        const int64_t partial_row = first_row + (first + j) * split_stride;
-        const float* o_j = kv_split.o_partial + partial_row * params.head_dim + col;
-        lse_of[j] = exists ? __ldcg(kv_split.lse_partial + partial_row) : -INFINITY;
-#pragma unroll
-        for (int c = 0; c < kMergeColumns; ++c) o_of[j][c] = exists ? __ldcg(o_j + c) : 0.0f;
-      }
-      float batch_max = max_lse;
-#pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) batch_max = fmaxf(batch_max, lse_of[j]);
-      if (batch_max == -INFINITY) continue;  // no split so far saw a key of this row
-      const float rescale = expf(max_lse - batch_max);  // 0 while max_lse is -inf
-      sum *= rescale;
-#pragma unroll
-      for (int c = 0; c < kMergeColumns; ++c) acc[c] *= rescale;
-#pragma unroll
-      for (int j = 0; j < kMergeBatch; ++j) {
-        const float weight = expf(lse_of[j] - batch_max);  // 0 for a split that saw no key
-        sum += weight;
-#pragma unroll
-        for (int c = 0; c < kMergeColumns; ++c) acc[c] += weight * o_of[j][c];
-      }
-      max_lse = batch_max;
+    for (int j = 0; j < kCombineLoadBatch; ++j) {
+      const int split = first + j;
+      value[j] = split < kv_split.splits && in_row
+                     ? kv_split.o_partial[(split * rows + row) * params.head_dim + col]
+                     : 0.0f;
     }
-    const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;  // no key at all: out = 0
+  };
+  float value[kCombineLoadBatch];
+  load_values(0, value);
+
+  float lse_of[kCombineMaxSplitsPerLane];
+  float max_lse = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kCombineMaxSplitsPerLane; ++i) {
+    const int split = lane + 32 * i;
+    lse_of[i] = split < kv_split.splits ? kv_split.lse_partial[split * rows + row] : -INFINITY;
+    max_lse = fmaxf(max_lse, lse_of[i]);
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, offset));
+  const bool any_visible = max_lse != -INFINITY;
+  float sum = 0.0f;
+  if (any_visible) {
+#pragma unroll
+    for (int i = 0; i < kCombineMaxSplitsPerLane; ++i) sum += expf(lse_of[i] - max_lse);
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  const float lse = any_visible ? max_lse + logf(sum) : -INFINITY;
+  float weight_of[kCombineMaxSplitsPerLane];  // exp(lse_i - lse): 0 for -inf
+#pragma unroll
+  for (int i = 0; i < kCombineMaxSplitsPerLane; ++i) {
+    weight_of[i] = any_visible ? expf(lse_of[i] - lse) : 0.0f;
+  }
+
+  // Every split wrote every row of its tile (0 where it saw no key), so all reads are defined.
+  float acc = 0.0f;
+  for (int first = 0; first < kv_split.splits; first += kCombineLoadBatch) {
+    if (first > 0) load_values(first, value);
+#pragma unroll
+    for (int j = 0; j < kCombineLoadBatch; ++j) {
+      const int split = first + j;  // warp-uniform
+      acc += __shfl_sync(0xffffffff, split < 32 ? weight_of[0] : weight_of[1], split % 32) *
+             value[j];
+    }
+  }
+  if (in_row) {
     element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
-                             params.o_offset(tile.batch, position, head_q) + col;
-#pragma unroll
-    for (int c = 0; c < kMergeColumns; c += 2) {
-      *reinterpret_cast<uint32_t*>(out + c) =
-          pack_pair<kDType>(acc[c] * inv_sum, acc[c + 1] * inv_sum);
+                             params.o_offset(batch, position, head);
+    if constexpr (kDType == DType::kFloat16) {
+      out[col] = __float2half_rn(acc);
+    } else {
+      out[col] = __float2bfloat16_rn(acc);
     }
-    if (params.lse != nullptr && col == 0) {
-      params.lse[params.lse_offset(tile.batch, head_q, position)] =
-          sum > 0.0f ? max_lse + logf(sum) : -INFINITY;
-    }
+  }
+  if (params.lse != nullptr && col == 0) {
+    params.lse[params.lse_offset(batch, head, position)] = lse;
   }
 }
 
-// A consumer's end of a split launch: its slab of the CTA's tile (the tile order's index
-// blockIdx.x: one per CTA, sm90_kv_split_plan) counts its split, and the last one merges.
-// `barrier_id` is the consumer's own named barrier (its 128 threads only).
-template <DType kDType, class Config>
-__device__ __forceinline__ void sm90_finish_split(const AttentionParams& params,
-                                                  const Sm90KvSplit& kv_split,
-                                                  const Sm90Tile& tile, int consumer,
-                                                  uint32_t barrier_id, int thread_in_warpgroup) {
-  const int group_shift = sm90_group_shift<Config>(params);
-  const int query_rows = sm90_query_rows(params, tile.batch, group_shift);
-  const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-  if (!sm90_slab_has_rows<Config>(slab_row_begin, query_rows)) return;  // nothing to merge
-  unsigned long long* arrival = sm90_split_arrival<Config>(params, kv_split, tile, consumer);
-  if (sm90_arrive_split_last(arrival, kv_split, barrier_id, thread_in_warpgroup)) {
-    sm90_merge_splits<kDType, Config>(params, kv_split, tile, slab_row_begin, query_rows,
-                                      group_shift, thread_in_warpgroup);
-  }
+// Launches the combine on params.stream, after the attention kernel that filled the partials.
+template <DType kDType>
+void launch_sm90_combine_kv_splits(const AttentionParams& params, const Sm90KvSplit& kv_split) {
+  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+  const int64_t chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
+  const int64_t blocks = (rows * chunks + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
+  sm90_combine_kv_splits<kDType><<<static_cast<unsigned int>(blocks), 32 * kCombineWarpsPerBlock,
+                                   0, params.stream>>>(params, kv_split);
 }
 
 }  // namespace flashcore::detail

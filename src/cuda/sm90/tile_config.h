@@ -247,11 +247,10 @@ static_assert(sm90_max_packed_block_m() > 0,
 // Llama-3-8B) on a 132-SM card, each walking every key alone (0.24-0.37x cuDNN at 16k keys,
 // docs/results/2026-11-21_h100_b099331_packed). When the tiles fill at most half the SMs, each
 // tile's KV blocks are cut into contiguous splits, one CTA each; every split writes its O
-// (normalized by its own row sum, fp32) and lse to the caller's workspace and counts itself in
-// the tile's arrival counter there, and the split that arrives last weights them all by their
-// lse into out (split_combine.cuh). A split keeps at least kSm90MinKvBlocksPerSplit KV blocks.
-// H100, ncu at batch-1 decode (GQA 4:1, d128; attention + a combine kernel, us, before the last
-// split merged; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys,
+// (normalized by its own row sum, fp32) and lse to the caller's workspace, and a combine kernel
+// weights the splits by their lse (split_combine.cuh). A split keeps at least
+// kSm90MinKvBlocksPerSplit KV blocks. H100, ncu at batch-1 decode (GQA 4:1, d128; attention +
+// combine, us; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys,
 // 4 blocks 17.9 / 19.2 / 36.3, 1 block 14.7 / 19.1 / 35.2; cuDNN 12.1 / 18.0 / 33.4.
 #ifdef FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT  // experiments: set it for every TU (C++ and CUDA)
 constexpr int kSm90MinKvBlocksPerSplit = FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT;
@@ -263,23 +262,11 @@ constexpr int kSm90MaxKvSplits = 64;
 struct Sm90KvSplitPlan {
   int splits = 1;            // 1: no split
   int blocks_per_split = 0;  // KV blocks (BLOCK_N keys) per split
-  int arrivals = 0;          // arrival counters: one per (tile, consumer slab)
 };
 
-// Workspace of a split call: the tile counters (kTileCounterCount uint32, params.h) in the first
-// kSm90SplitArrivalsOffset bytes, the 64-bit arrival counters after them (8-byte aligned: the
-// workspace itself need only be 4-byte aligned), and from kSm90SplitWorkspaceOffset per split O
-// (head_dim floats) and lse of every (batch, head, query row). The counters need no zeroing:
-// each holds a launch tag above kSm90ArrivalCountBits of count (split_combine.cuh). A split
-// launch has at most one tile per two SMs and three consumers, so the 503 counters serve cards
-// of up to 335 SMs; the plan splits nothing beyond that.
-constexpr int64_t kSm90SplitArrivalsOffset = 64;    // bytes; the tile counters come first
-constexpr int64_t kSm90SplitWorkspaceOffset = 4096;  // bytes; the partials start here
-constexpr int64_t kSm90MaxSplitArrivals =
-    (kSm90SplitWorkspaceOffset - kSm90SplitArrivalsOffset - 8) / 8;  // 8: alignment slack
-constexpr int kSm90ArrivalCountBits = 8;
-static_assert(kSm90MaxKvSplits < (1 << kSm90ArrivalCountBits), "arrival counts overflow");
-
+// The plan of a call, from its shape and the device's SM count. The launcher and
+// attention_workspace_bytes both take it from here, so the workspace a caller sizes is the one
+// the launch uses.
 constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_kv, int seqlen_q,
                                              int seqlen_k, int head_dim, bool causal,
                                              int num_sms) {
@@ -293,7 +280,7 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
   const int64_t rows = int64_t(seqlen_q) * (heads_q / heads_kv);
   const int64_t block_m = int64_t(kSm90RowsPerConsumer) * shape.consumers;
   const int64_t tiles = (rows + block_m - 1) / block_m * heads_kv * batch;
-  if (2 * tiles > num_sms || tiles * shape.consumers > kSm90MaxSplitArrivals) return none;
+  if (2 * tiles > num_sms) return none;
   const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
   int64_t splits = num_sms / tiles;
   const int64_t by_work = (kv_blocks + kSm90MinKvBlocksPerSplit - 1) / kSm90MinKvBlocksPerSplit;
@@ -303,10 +290,12 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
   Sm90KvSplitPlan plan;
   plan.blocks_per_split = static_cast<int>((kv_blocks + splits - 1) / splits);
   plan.splits = (kv_blocks + plan.blocks_per_split - 1) / plan.blocks_per_split;  // none empty
-  plan.arrivals = static_cast<int>(tiles * shape.consumers);
   return plan;
 }
 
+// Workspace of a split call past the tile counters: per split, O (head_dim floats) and lse of
+// every (batch, head, query row).
+constexpr int64_t kSm90SplitWorkspaceOffset = 256;  // bytes; the tile counters come first
 constexpr int64_t sm90_kv_split_workspace_bytes(const Sm90KvSplitPlan& plan, int batch,
                                                 int heads_q, int seqlen_q, int head_dim) {
   if (plan.splits <= 1) return 0;
