@@ -25,6 +25,7 @@
 
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
+#include "cuda/ptx/grid_dependency.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
@@ -84,6 +85,14 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
     sm90_trace_reset();
   }
   __syncthreads();
+  if constexpr (Config::kPacksGroups) {
+    // Packed (decode) launches use programmatic dependent launch (launch.cuh): this prologue may
+    // run while the kernel before this one on the stream finishes, nothing in global memory is
+    // touched before the wait, and the split-KV combine after this kernel may take its SMs at
+    // once (it waits for this kernel in turn).
+    grid_dependency_launch_dependents();
+    grid_dependency_wait();
+  }
 
   // One tile per CTA, or (persistent) tiles claimed one after another (sm90_claim_next_tile): the
   // producer claims and decodes each tile, the consumers read it from the tile slot once Q has

@@ -2,9 +2,10 @@
 // seqlen_q (or the packed GQA kernel for short queries), builds the four tensor maps, raises the
 // kernel's dynamic shared-memory limit once, and launches on params.stream one CTA per output
 // tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
-// them through the workspace counters, which it zeroes on the stream first). Packed calls with
-// too few tiles split their keys and launch the combine kernel after. Throws Error for anything
-// it cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
+// them through the workspace counters, which it zeroes on the stream first). Packed calls launch
+// as programmatic dependents of the kernel before them (launch_dependent.h); those with too few
+// tiles split their keys and launch the combine kernel after. Throws Error for anything it
+// cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
 // calls to sm80).
 #pragma once
 
@@ -19,6 +20,7 @@
 #include "cuda/check.h"
 #include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/launch_dependent.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
@@ -138,13 +140,19 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   if constexpr (sm90_is_persistent(kSchedule)) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
   }
-  kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes, params.stream>>>(
-      map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
-  FLASHCORE_CHECK_LAUNCH();
-  if (kv_split.splits > 1) {
-    launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+  if constexpr (Config::kPacksGroups) {
+    // Decode: a programmatic dependent of the kernel before it (launch_dependent.h), whose end
+    // then overlaps this kernel's prologue; the combine after it is one of this kernel's.
+    FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
+                                               Config::kThreads, Config::kSmemBytes,
+                                               params.stream, map_q, map_k, map_v, map_o, params,
+                                               tile_counters, kv_split));
+  } else {
+    kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes,
+             params.stream>>>(map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
     FLASHCORE_CHECK_LAUNCH();
   }
+  if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
 }
 
 // Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the

@@ -19,7 +19,10 @@
 #include <cstdint>
 
 #include "common/params.h"
+#include "cuda/check.h"
 #include "cuda/common/numeric.cuh"
+#include "cuda/ptx/grid_dependency.cuh"
+#include "cuda/sm90/launch_dependent.h"
 #include "cuda/sm90/pipeline.cuh"
 
 namespace flashcore::detail {
@@ -34,6 +37,10 @@ template <DType kDType>
 __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
     sm90_combine_kv_splits(const __grid_constant__ AttentionParams params,
                            const Sm90KvSplit kv_split) {
+  // Launched as a programmatic dependent of the attention kernel: the CTAs may be resident
+  // before the partials are written, and wait for them here.
+  grid_dependency_launch_dependents();
+  grid_dependency_wait();
   const int lane = threadIdx.x % 32;
   const int chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
   const int64_t warp = int64_t(blockIdx.x) * kCombineWarpsPerBlock + threadIdx.x / 32;
@@ -110,14 +117,17 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   }
 }
 
-// Launches the combine on params.stream, after the attention kernel that filled the partials.
+// Launches the combine on params.stream, after the attention kernel that filled the partials,
+// as its programmatic dependent (sm90_launch_dependent).
 template <DType kDType>
 void launch_sm90_combine_kv_splits(const AttentionParams& params, const Sm90KvSplit& kv_split) {
   const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
   const int64_t chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
   const int64_t blocks = (rows * chunks + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
-  sm90_combine_kv_splits<kDType><<<static_cast<unsigned int>(blocks), 32 * kCombineWarpsPerBlock,
-                                   0, params.stream>>>(params, kv_split);
+  FLASHCORE_CUDA_CHECK(sm90_launch_dependent(sm90_combine_kv_splits<kDType>,
+                                             static_cast<unsigned int>(blocks),
+                                             32 * kCombineWarpsPerBlock, 0, params.stream, params,
+                                             kv_split));
 }
 
 }  // namespace flashcore::detail
