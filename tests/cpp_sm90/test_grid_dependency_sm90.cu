@@ -32,7 +32,8 @@ __global__ void primary_kernel(int* values, unsigned long long* primary_end) {
   }
 }
 
-__global__ void dependent_kernel(const int* values, int* copy, unsigned long long* dependent_start) {
+__global__ void dependent_kernel(const int* values, int* copy,
+                                 unsigned long long* dependent_start) {
   if (threadIdx.x == 0) {
     unsigned long long now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));

@@ -87,10 +87,10 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
   __syncthreads();
   if constexpr (Config::kPacksGroups) {
     // Packed (decode) launches use programmatic dependent launch (launch.cuh): this prologue may
-    // run while the kernel before this one on the stream finishes, nothing in global memory is
-    // touched before the wait, and the split-KV combine after this kernel may take its SMs at
-    // once (it waits for this kernel in turn).
-    grid_dependency_launch_dependents();
+    // run while the kernel before this one on the stream finishes, and nothing in global memory
+    // is touched before the wait. The split-KV combine after this kernel may take idle SMs at
+    // once where there are enough of them (it waits for this kernel in turn).
+    if (kv_split.early_dependents) grid_dependency_launch_dependents();
     grid_dependency_wait();
   }
 

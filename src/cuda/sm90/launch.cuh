@@ -89,7 +89,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
     FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
   }
-  const Sm90KvSplit kv_split = sm90_kv_split_of<Config>(params, num_sms);
+  Sm90KvSplit kv_split = sm90_kv_split_of<Config>(params, num_sms);
   const int64_t num_tiles = sm90_num_tiles<Config>(params, kv_split.splits);
   if (num_tiles > INT_MAX) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
@@ -139,6 +139,13 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
   if constexpr (sm90_is_persistent(kSchedule)) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
+  }
+  // The combine launches at the attention kernel's start only onto SMs that grid leaves idle.
+  // H100, decode replayed as graphs, batch 1: early with 32-64 attention CTAs -1.0..-1.5 us a
+  // call (1k keys); early with 128 (4k, 16k keys, MHA) +0.5..+1.0 us, its 32 CTAs crowded
+  // onto the 4 idle SMs (dev/sm90/results/2026-11-21-h100-pdl).
+  if (kv_split.splits > 1) {
+    kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
   if constexpr (Config::kPacksGroups) {
     // Decode: a programmatic dependent of the kernel before it (launch_dependent.h), whose end

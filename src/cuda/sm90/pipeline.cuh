@@ -31,6 +31,11 @@ struct Sm90KvSplit {
   float* lse_partial = nullptr;  // [splits][batch][heads_q][seqlen_q]
   int splits = 1;
   int blocks_per_split = 0;
+  // Packed launches: whether the kernel lets the one after it (the combine) launch at its start
+  // (grid_dependency_launch_dependents), or only as its CTAs end. Early, the combine's CTAs wait
+  // on the SMs this grid leaves idle; where it leaves only a few, they crowd onto those and the
+  // combine ran ~1 us slower than launched late (launch.cuh).
+  bool early_dependents = true;
 
   // The KV blocks of `full` that split `split` visits (none past the tile's own range).
   FC_HOST_DEVICE KvTileRange range(KvTileRange full, int split) const {

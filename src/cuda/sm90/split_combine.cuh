@@ -117,13 +117,18 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   }
 }
 
+// CTAs of the combine of a call.
+inline int64_t sm90_combine_blocks(const AttentionParams& params) {
+  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+  const int64_t chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
+  return (rows * chunks + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
+}
+
 // Launches the combine on params.stream, after the attention kernel that filled the partials,
 // as its programmatic dependent (sm90_launch_dependent).
 template <DType kDType>
 void launch_sm90_combine_kv_splits(const AttentionParams& params, const Sm90KvSplit& kv_split) {
-  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
-  const int64_t chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
-  const int64_t blocks = (rows * chunks + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
+  const int64_t blocks = sm90_combine_blocks(params);
   FLASHCORE_CUDA_CHECK(sm90_launch_dependent(sm90_combine_kv_splits<kDType>,
                                              static_cast<unsigned int>(blocks),
                                              32 * kCombineWarpsPerBlock, 0, params.stream, params,

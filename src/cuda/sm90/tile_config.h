@@ -249,13 +249,17 @@ static_assert(sm90_max_packed_block_m() > 0,
 // tile's KV blocks are cut into contiguous splits, one CTA each; every split writes its O
 // (normalized by its own row sum, fp32) and lse to the caller's workspace, and a combine kernel
 // weights the splits by their lse (split_combine.cuh). A split keeps at least
-// kSm90MinKvBlocksPerSplit KV blocks. H100, ncu at batch-1 decode (GQA 4:1, d128; attention +
-// combine, us; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys,
-// 4 blocks 17.9 / 19.2 / 36.3, 1 block 14.7 / 19.1 / 35.2; cuDNN 12.1 / 18.0 / 33.4.
+// kSm90MinKvBlocksPerSplit KV blocks; the limit binds only for short KV (1k keys: 8 splits of
+// one block against 4 of two). H100, ncu at batch-1 decode (GQA 4:1, d128; attention + combine,
+// us; dev/sm90/decode_kernels.py): 2 blocks 15.6 / 18.8 / 34.6 at 1k / 4k / 16k keys, 4 blocks
+// 17.9 / 19.2 / 36.3, 1 block 14.7 / 19.1 / 35.2 (the same plan as 2 at 4k and 16k); cuDNN
+// 12.1 / 18.0 / 33.4. Replayed as CUDA graphs (dev/sm90/decode_graph_timing.py), 1k keys: 1
+// block 8.5 / 9.7 us a call against 8.8 / 10.6 for 2 (back to back / behind an elementwise
+// kernel; dev/sm90/results/2026-11-21-h100-pdl).
 #ifdef FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT  // experiments: set it for every TU (C++ and CUDA)
 constexpr int kSm90MinKvBlocksPerSplit = FLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT;
 #else
-constexpr int kSm90MinKvBlocksPerSplit = 2;
+constexpr int kSm90MinKvBlocksPerSplit = 1;
 #endif
 constexpr int kSm90MaxKvSplits = 64;
 
