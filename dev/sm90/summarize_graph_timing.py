@@ -1,0 +1,48 @@
+"""Markdown table of decode_graph_timing.py runs: a baseline build against a candidate, each run
+one or more times in one device call (A B A B), per pattern and shape.
+
+    python3 dev/sm90/summarize_graph_timing.py --base old.json old2.json --new new.json new2.json
+
+Per row: FlashCore us/call of each build (mean of its runs), new / base, and the new build's
+speedup over cuDNN and FA2 (their us/call from the new build's runs, measured beside it).
+"""
+import argparse
+import json
+import statistics
+
+
+def load(paths):
+    runs = [json.load(open(path)) for path in paths]
+    table = {}
+    for run in runs:
+        for record in run["records"]:
+            key = (record.get("pattern", "b2b"), record["batch"], record["seqlen_k"],
+                   record["heads_q"], record["heads_kv"])
+            for name, us in record["us_per_call"].items():
+                table.setdefault(key, {}).setdefault(name, []).append(us)
+    return runs[0]["device"], {key: {name: statistics.mean(v) for name, v in cells.items()}
+                               for key, cells in table.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", nargs="+", required=True)
+    parser.add_argument("--new", nargs="+", required=True)
+    args = parser.parse_args()
+    device, base = load(args.base)
+    _, new = load(args.new)
+    print(f"{device}: us per call, decode replayed as CUDA graphs (seqlen_q 1, d128, bf16)\n")
+    print("| pattern | batch | keys | heads q / kv | base | new | new / base | cuDNN | FA2 "
+          "| speedup vs cuDNN | vs FA2 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(new, key=lambda k: (k[0], k[3] == k[4], k[1], k[2])):
+        pattern, batch, seqlen_k, heads_q, heads_kv = key
+        fc_new, fc_base = new[key]["flashcore"], base[key]["flashcore"]
+        cudnn, fa2 = new[key]["cudnn"], new[key]["fa2"]
+        print(f"| {pattern} | {batch} | {seqlen_k} | {heads_q} / {heads_kv} | {fc_base:.2f} "
+              f"| {fc_new:.2f} | {fc_new / fc_base:.3f} | {cudnn:.2f} | {fa2:.2f} "
+              f"| {cudnn / fc_new:.2f} | {fa2 / fc_new:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
