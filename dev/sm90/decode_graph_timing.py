@@ -1,7 +1,7 @@
 """GPU time per decode call with the host out of the picture: each implementation's calls are
 captured in a CUDA graph and the graph is replayed between two events, so every stream op of a
-call counts (FlashCore's counter memset, kernels, the gaps between them) and no Python or launch
-cost does. This is what an inference engine that replays decode steps as graphs pays per call.
+call counts (memsets, kernels, the gaps between them) and no Python or launch cost does. This
+is what an inference engine that replays decode steps as graphs pays per call.
 ncu (dev/sm90/ncu_decode.sh) times kernels alone and misses memsets and gaps; compare.py times
 one call at a time, host included.
 

@@ -14,7 +14,7 @@ namespace flashcore::detail {
 // the launch's error.
 template <class... KernelArgs, class... Args>
 cudaError_t sm90_launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
-                           size_t smem_bytes, cudaStream_t stream, Args&&... args) {
+                                  size_t smem_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
