@@ -72,9 +72,9 @@ struct Sm90ThreadRows {
     slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
     const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
     const MaskPolicy<kCausal> mask(params, tile.batch);
-    const int group_shift = sm90_group_shift<Config>(params);  // the rows' query positions
-    col_limit[0] = mask.col_limit(row0 >> group_shift);
-    col_limit[1] = mask.col_limit((row0 + 8) >> group_shift);
+    const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
+    col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
+    col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));
     lane_col = 2 * (lane % 4);
   }
 };

@@ -42,9 +42,9 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
   for (int r = 0; r < 2; ++r) {
     const int row = slab_row_begin + row0 + 8 * r;
     if (row < 0 || row >= query_rows) continue;
-    const int head_q = (tile.head << group_shift) + (row & ((1 << group_shift) - 1));
-    const int64_t index =
-        kv_split.row(params, tile.kv_split, tile.batch, head_q, row >> group_shift);
+    const int head_q = sm90_row_head(tile.head, row, group_shift);
+    const int position = sm90_row_position(row, group_shift);
+    const int64_t index = kv_split.row(params, tile.kv_split, tile.batch, head_q, position);
     if (lane % 4 == 0) kv_split.lse_partial[index] = lse[r];
     float* o_row = kv_split.o_partial + index * params.head_dim;
 #pragma unroll
@@ -70,7 +70,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   const int head = tile.head, batch = tile.batch;
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
-  const int group_shift = sm90_group_shift<Config>(params);  // packed tiles: head = KV head
+  const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
   const int query_rows = sm90_query_rows(params, batch, group_shift);
 
   float inv_sum[2], lse[2];
@@ -92,9 +92,9 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = slab_row_begin + row0 + 8 * r;
-      const int head_q = (head << group_shift) + (row & ((1 << group_shift) - 1));
+      const int head_q = sm90_row_head(head, row, group_shift);
       if (row >= 0 && row < query_rows) {
-        params.lse[params.lse_offset(batch, head_q, row >> group_shift)] = lse[r];
+        params.lse[params.lse_offset(batch, head_q, sm90_row_position(row, group_shift))] = lse[r];
       }
     }
   }
@@ -121,8 +121,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
         if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
-          tma_store_5d(map_o, src, block * Config::kBoxCols, 0, slab_row_begin >> group_shift,
-                       head, batch);
+          tma_store_5d(map_o, src, block * Config::kBoxCols, 0,
+                       sm90_row_position(slab_row_begin, group_shift), head, batch);
         } else {
           tma_store_4d(map_o, src, block * Config::kBoxCols, slab_row_begin, head, batch);
         }

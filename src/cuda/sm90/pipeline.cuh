@@ -64,6 +64,9 @@ __device__ __forceinline__ int sm90_slab_row_begin(const Sm90Tile& tile, int con
 // Config::kPacksGroups the positions of a KV group's G query heads interleaved (row r: position
 // r >> shift of the group's head r & (G - 1), G = 1 << shift). Unpacked the shift is a constant 0
 // and every function below is what it was before packing existed.
+// The consumers recompute the shift per tile (a division and a short loop, beside a tile of
+// thousands of cycles) instead of keeping the tile order's copy live across their main loop:
+// kept live, the packed d256 causal kernel spilled (8-byte stack frame).
 template <class Config>
 FC_HOST_DEVICE int sm90_group_shift(const AttentionParams& params) {
   if (!Config::kPacksGroups) return 0;
@@ -71,6 +74,12 @@ FC_HOST_DEVICE int sm90_group_shift(const AttentionParams& params) {
   while ((1 << shift) < params.group_size()) ++shift;  // G is a power of two, at most 64
   return shift;
 }
+
+// The query head and position of tile row `row` (tile_head: the tile's head, packed the KV head).
+FC_HOST_DEVICE int sm90_row_head(int tile_head, int row, int group_shift) {
+  return (tile_head << group_shift) + (row & ((1 << group_shift) - 1));
+}
+FC_HOST_DEVICE int sm90_row_position(int row, int group_shift) { return row >> group_shift; }
 
 // Rows of a (batch, head or KV group)'s query block sequence.
 FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
@@ -105,7 +114,7 @@ template <class Config, bool kCausal>
 __device__ __forceinline__ KvTileRange sm90_kv_tiles(const MaskPolicy<kCausal>& mask,
                                                      const Sm90Tile& tile, int group_shift,
                                                      const Sm90KvSplit& kv_split) {
-  const KvTileRange full = mask.kv_tiles(tile.row_begin >> group_shift,
+  const KvTileRange full = mask.kv_tiles(sm90_row_position(tile.row_begin, group_shift),
                                          Config::kBlockM >> group_shift, Config::kBlockN);
   if constexpr (Config::kPacksGroups) {
     return kv_split.range(full, tile.kv_split);

@@ -48,7 +48,7 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
       const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
       if constexpr (Config::kPacksGroups) {
         tma_load_5d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, 0,
-                    slab_row_begin >> group_shift, tile.head, tile.batch);
+                    sm90_row_position(slab_row_begin, group_shift), tile.head, tile.batch);
       } else {
         tma_load_4d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, slab_row_begin,
                     tile.head, tile.batch);
