@@ -31,7 +31,15 @@ for pass in a b; do
   timeout 60 stdbuf -oL $bin --only-timing --variants default > "$out/new_$pass.log" 2>&1
   echo "new $pass rc=$?"
 done
-timeout ${SWEEP_TIMEOUT:-200} stdbuf -oL $bin --only-timing --variants "$candidates" > "$out/sweep.log" 2>&1
-echo "sweep rc=$?"
+# SWEEPS: ';'-separated check_sm90 argument sets, each timed in a process of its own (e.g. one
+# head_dim and seqlen per process, so that name prefixes pick only the variants meant there).
+sweeps=${SWEEPS:-"--variants $candidates"}
+IFS=';' read -ra sweep_args <<< "$sweeps"
+: > "$out/sweep.log"
+for args in "${sweep_args[@]}"; do
+  # shellcheck disable=SC2086  # each set is split into check_sm90's arguments on purpose
+  timeout ${SWEEP_TIMEOUT:-200} stdbuf -oL $bin --only-timing $args >> "$out/sweep.log" 2>&1
+  echo "sweep ($args) rc=$?"
+done
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv >> "$out/gpu.txt" 2>&1
 python3 dev/sm90/summarize_ab.py "$out" | tee "$out/summary.txt"
