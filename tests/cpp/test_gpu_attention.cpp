@@ -450,9 +450,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
 
 // Batch-1 decode runs one packed tile per KV head, far fewer than the SMs: with a workspace the
 // keys are split over CTAs (detail::sm90_kv_split_plan), each split writes its partial O and lse
-// into the (poisoned) workspace, and a combine kernel merges them. Decode with a key tail at
-// every head_dim and both masks, causal queries whose early rows see few keys (splits with no
-// key for them), MQA with 64 heads, MHA, two sequences; each must ask for split workspace, pass the
+// into the (poisoned) workspace, and a combine kernel merges them. Tiles of at most 64 rows run
+// the decode kernel (one warpgroup per split): decode with a key tail at every head_dim, MQA
+// with 64 heads (a full slab), MHA, two sequences of 3 causal positions (rows in the tile's second
+// slab); 17 causal positions of 8 heads (136 rows) run the general packed kernel, with early rows
+// that see few keys (splits with no key for them). Each must ask for split workspace, pass the
 // accuracy rule, pass it again on the workspace the first call left (partials and counters of
 // that call), and fail cleanly when handed only the tile counters' 8 bytes.
 class GpuSm90KvSplit : public ::testing::TestWithParam<DType> {};

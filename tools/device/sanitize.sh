@@ -42,9 +42,12 @@ cases=(
   # from row -64, tiles claimed) over keys with a tail.
   "--batch 2 --seqlen-q 1 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 128"
   "--batch 2 --seqlen-q 17 --seqlen-k 150 --heads-q 16 --heads-kv 2 --head-dim 64 --causal"
-  # Split-KV (flashcore-bench passes a workspace): 2 packed tiles, their keys in 12 splits whose
-  # partials the combine kernel merges; causal with a key tail.
+  # Split-KV (flashcore-bench passes a workspace): 2 packed tiles of 12 rows, their keys in
+  # splits run by the decode kernel (one warpgroup per split; causal: the rows in a tile's second
+  # slab) whose partials the combine kernel merges; causal with a key tail; and d256 decode,
+  # 9 splits of 80 keys.
   "--batch 1 --seqlen-q 3 --seqlen-k 3000 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--batch 1 --seqlen-q 1 --seqlen-k 700 --heads-q 8 --heads-kv 2 --head-dim 256"
 )
 status=0
 for tool in memcheck racecheck synccheck; do

@@ -19,6 +19,7 @@
 #include "common/params.h"
 #include "cuda/check.h"
 #include "cuda/common/smem_attribute.cuh"
+#include "cuda/sm90/decode_kernel.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/launch_dependent.h"
 #include "cuda/sm90/pipeline.cuh"
@@ -148,6 +149,20 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
   if constexpr (Config::kPacksGroups) {
+    // Split calls whose tiles hold at most one slab of rows (batch-1 decode) run the decode
+    // kernel, one warpgroup per split, on the same tiles, splits and workspace.
+    if (kv_split.splits > 1 &&
+        int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
+      constexpr auto decode = sm90_decode_kernel<kDType, Config, kCausal>;
+      constexpr int kDecodeSmemBytes = Sm90DecodeSmem<Config>::kBytes;
+      raise_dynamic_smem_limit_once<decode>(kDecodeSmemBytes, params.device_index);
+      FLASHCORE_CUDA_CHECK(sm90_launch_dependent(decode, static_cast<unsigned int>(num_tiles),
+                                                 kSm90DecodeThreads, kDecodeSmemBytes,
+                                                 params.stream, map_q, map_k, map_v, params,
+                                                 kv_split));
+      launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+      return;
+    }
     // Decode: a programmatic dependent of the kernel before it (launch_dependent.h), whose end
     // then overlaps this kernel's prologue; the combine after it is one of this kernel's.
     FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),

@@ -1,0 +1,198 @@
+// The Hopper kernel for split-KV packed calls (batch-1 decode: sm90_kv_split_plan) whose tiles
+// hold at most 64 query rows: one warpgroup of 128 threads per (tile, KV split), which issues
+// its own TMA loads.
+//
+//   thread 0: barrier init                 all 128 threads
+//   (wait for the kernel before: PDL)
+//   thread 0: TMA Q, K / V of the first    wait q_full
+//             kStages KV blocks            for each KV block (last first): wait k_full; S = Q K^T;
+//                                            mask; softmax; rescale O; wait v_full; O += P V;
+//             TMA K / V of block j + kStages  <- stage free (named barrier)
+//                                          epilogue: partial O and lse to the workspace
+//
+// Why a kernel of its own: the general kernel (kernel.cuh) is built for long tiles (a producer
+// warpgroup, two consumers taking turns, a persistent tile loop with its hand-offs, O staged for a
+// TMA store). A decode split visits one or two KV blocks, so that machinery is the CTA's whole
+// life: on the H100 its attention kernel took 10.2 us at batch-1 decode with 1k keys (ncu)
+// against cuDNN's 7.8 for the same 64 CTAs of work, the time spread over the prologue, the Q
+// wait, the math and the epilogue (dev/sm90/results/2026-11-21-h100-decode-anatomy).
+// The combine kernel (split_combine.cuh) merges the splits as before; tiles, splits, tensor maps
+// and the workspace layout are the general packed kernel's (Config is its configuration). Of its
+// 64-row slabs only the one that holds the rows is computed, so the launcher sends calls with
+// more rows per tile there: the first slab, or causal the second (sm90_block_row_begin moves a
+// causal partial block up by whole slabs, so its first slab lies before row 0).
+#pragma once
+
+#include <cuda.h>
+
+#include "common/params.h"
+#include "cuda/common/mask.cuh"
+#include "cuda/ptx/grid_dependency.cuh"
+#include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/tma.cuh"
+#include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/softmax.cuh"
+
+namespace flashcore::detail {
+
+constexpr int kSm90DecodeThreads = 128;  // one warpgroup: the wgmma M of 64 rows
+// Named barrier id 1: every thread's GEMMs on a K/V stage completed before thread 0 reloads it.
+constexpr uint32_t kSm90DecodeStageBarrier = 1;
+
+// Dynamic shared memory of the decode kernel: [Q slab][K stages][V stages][barriers], each tile
+// on a 1024-byte swizzle atom.
+template <class Config>
+struct Sm90DecodeSmem {
+  static constexpr int kBarriers = 1 + 2 * Config::kStages;  // q_full, k_full[s], v_full[s]
+  static constexpr int kBytes = Config::kQSlabBytes + 2 * Config::kStages * Config::kKVTileBytes +
+                                8 * kBarriers + Config::kAlignmentSlack;
+  static_assert(kBytes <= Config::kMaxSmemBytes, "decode tile does not fit shared memory");
+
+  uint8_t* base;
+
+  __device__ __forceinline__ explicit Sm90DecodeSmem(uint8_t* dynamic_smem) {
+    const uint32_t address = smem_u32(dynamic_smem);
+    const uint32_t aligned = (address + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1);
+    base = dynamic_smem + (aligned - address);
+  }
+  __device__ __forceinline__ uint8_t* q() const { return base; }
+  __device__ __forceinline__ uint8_t* k(int stage) const {
+    return base + Config::kQSlabBytes + stage * Config::kKVTileBytes;
+  }
+  __device__ __forceinline__ uint8_t* v(int stage) const {
+    return k(Config::kStages + stage);
+  }
+  __device__ __forceinline__ uint64_t* q_full() const {
+    return reinterpret_cast<uint64_t*>(k(2 * Config::kStages));
+  }
+  __device__ __forceinline__ uint64_t* k_full(int stage) const { return q_full() + 1 + stage; }
+  __device__ __forceinline__ uint64_t* v_full(int stage) const {
+    return q_full() + 1 + Config::kStages + stage;
+  }
+};
+
+// K and V of the KV block visited at `step` (last block first) into stage step % kStages.
+template <class Config>
+__device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
+                                                    const CUtensorMap* map_k,
+                                                    const CUtensorMap* map_v,
+                                                    const Sm90Tile& tile,
+                                                    const KvTileRange& kv_tiles, int step) {
+  constexpr int kBoxBytes = Config::kBlockN * kSwizzleBytes;
+  const int stage = step % Config::kStages;
+  const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
+  mbarrier_arrive_expect_tx(smem.k_full(stage), Config::kKVTileBytes);
+#pragma unroll
+  for (int block = 0; block < Config::kColumnBlocks; ++block) {
+    tma_load_4d(smem.k(stage) + block * kBoxBytes, map_k, smem.k_full(stage),
+                block * Config::kBoxCols, n_begin, tile.head, tile.batch);
+  }
+  mbarrier_arrive_expect_tx(smem.v_full(stage), Config::kKVTileBytes);
+#pragma unroll
+  for (int block = 0; block < Config::kColumnBlocks; ++block) {
+    tma_load_4d(smem.v(stage) + block * kBoxBytes, map_v, smem.v_full(stage),
+                block * Config::kBoxCols, n_begin, tile.head, tile.batch);
+  }
+}
+
+template <DType kDType, class Config, bool kCausal>
+__global__ void __launch_bounds__(kSm90DecodeThreads, 1)
+    sm90_decode_kernel(const __grid_constant__ CUtensorMap map_q,
+                       const __grid_constant__ CUtensorMap map_k,
+                       const __grid_constant__ CUtensorMap map_v,
+                       const __grid_constant__ AttentionParams params, const Sm90KvSplit kv_split) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(Config::kPacksGroups, "the decode kernel runs packed tiles");
+  using Math = Sm90ConsumerMath<kDType, Config>;
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  const Sm90DecodeSmem<Config> smem(dynamic_smem);
+  const int thread = threadIdx.x;
+
+  if (thread == 0) {
+    mbarrier_init(smem.q_full(), 1);
+#pragma unroll
+    for (int stage = 0; stage < Config::kStages; ++stage) {
+      mbarrier_init(smem.k_full(stage), 1);
+      mbarrier_init(smem.v_full(stage), 1);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  // Launched as a programmatic dependent (launch.cuh): nothing in global memory before the wait.
+  if (kv_split.early_dependents) grid_dependency_launch_dependents();
+  grid_dependency_wait();
+
+  const Sm90TileOrder<Config, kCausal> tile_order(params);
+  const Sm90Tile tile = tile_order.tile(params, blockIdx.x);
+  const MaskPolicy<kCausal> mask(params, tile.batch);
+  const KvTileRange kv_tiles = sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
+  const int count = kv_tiles.count();
+  const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
+  const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
+  if (thread == 0) {
+    constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
+    mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
+#pragma unroll
+    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      tma_load_5d(smem.q() + block * kBoxBytesQ, &map_q, smem.q_full(), block * Config::kBoxCols,
+                  0, sm90_row_position(slab_row_begin, tile_order.group_shift), tile.head,
+                  tile.batch);
+    }
+    for (int step = 0; step < count && step < Config::kStages; ++step) {
+      sm90_decode_load_kv(smem, &map_k, &map_v, tile, kv_tiles, step);
+    }
+  }
+
+  const Sm90ThreadRows<Config, kCausal> rows(params, tile, slab, thread);
+  float o[Math::kOAccRegs];
+#pragma unroll
+  for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
+  OnlineSoftmaxRows softmax;
+  const uint32_t q_slab = smem_u32(smem.q());
+  mbarrier_wait_parity(smem.q_full(), 0);
+  for (int step = 0; step < count; ++step) {
+    const int stage = step % Config::kStages;
+    const uint32_t phase = (step / Config::kStages) & 1;
+    const int n_block = kv_tiles.end - 1 - step;
+    float s[Math::kSAccRegs];
+    mbarrier_wait_parity(smem.k_full(stage), phase);
+    Math::issue_qk(s, q_slab, smem_u32(smem.k(stage)));
+    wgmma_wait_group<0>();
+    fence_accumulators(s);
+    if (n_block >= kv_tiles.first_masked) {
+      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                   rows.col_limit[1]);
+    }
+    float correction[2];
+    softmax.update(s, params.softmax_scale_log2, correction);
+    scale_rows(o, correction);
+    uint32_t p[Math::kPSteps][4];
+    accumulator_to_a_fragments<kDType>(s, p);
+    mbarrier_wait_parity(smem.v_full(stage), phase);
+    Math::issue_pv(o, p, smem_u32(smem.v(stage)));
+    wgmma_wait_group<0>();
+    fence_accumulators(o);
+    if (step + Config::kStages < count) {  // this stage takes the block kStages further on
+      named_barrier_sync(kSm90DecodeStageBarrier, kSm90DecodeThreads);
+      if (thread == 0) {
+        sm90_decode_load_kv(smem, &map_k, &map_v, tile, kv_tiles, step + Config::kStages);
+      }
+    }
+  }
+
+  float inv_sum[2], lse[2];
+  softmax.finalize(inv_sum, lse);
+  scale_rows(o, inv_sum);
+  const int lane = thread % 32;
+  const int row0 = (thread / 32) * 16 + lane / 4;
+  const int group_shift = tile_order.group_shift;
+  sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
+                           group_shift, sm90_query_rows(params, tile.batch, group_shift));
+#endif
+}
+
+}  // namespace flashcore::detail
