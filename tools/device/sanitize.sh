@@ -48,6 +48,9 @@ cases=(
   # 9 splits of 80 keys.
   "--batch 1 --seqlen-q 3 --seqlen-k 3000 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--batch 1 --seqlen-q 1 --seqlen-k 700 --heads-q 8 --heads-kv 2 --head-dim 256"
+  # Unsplit decode in the decode kernel (128 tiles, one per CTA): 3 KV blocks through 2 stages,
+  # so a stage is reloaded.
+  "--batch 16 --seqlen-q 1 --seqlen-k 300 --heads-q 32 --heads-kv 8 --head-dim 128"
 )
 status=0
 for tool in memcheck racecheck synccheck; do

@@ -1,6 +1,6 @@
-// The Hopper kernel for split-KV packed calls (batch-1 decode: sm90_kv_split_plan) whose tiles
-// hold at most 64 query rows: one warpgroup of 128 threads per (tile, KV split), which issues
-// its own TMA loads.
+// The Hopper kernel for packed calls (decode) whose tiles hold at most 64 query rows and need
+// no more CTAs than SMs: one warpgroup of 128 threads per tile and KV split
+// (sm90_kv_split_plan), which issues its own TMA loads.
 //
 //   thread 0: barrier init                 all 128 threads
 //   (wait for the kernel before: PDL)
@@ -8,14 +8,17 @@
 //             kStages KV blocks            for each KV block (last first): wait k_full; S = Q K^T;
 //                                            mask; softmax; rescale O; wait v_full; O += P V;
 //             TMA K / V of block j + kStages  <- stage free (named barrier)
-//                                          epilogue: partial O and lse to the workspace
+//                                          epilogue: a split's partial O and lse to the
+//                                            workspace, or out and lse
 //
 // Why a kernel of its own: the general kernel (kernel.cuh) is built for long tiles (a producer
 // warpgroup, two consumers taking turns, a persistent tile loop with its hand-offs, O staged for a
 // TMA store). A decode split visits one or two KV blocks, so that machinery is the CTA's whole
 // life: on the H100 its attention kernel took 10.2 us at batch-1 decode with 1k keys (ncu)
 // against cuDNN's 7.8 for the same 64 CTAs of work, the time spread over the prologue, the Q
-// wait, the math and the epilogue (dev/sm90/results/2026-11-21-h100-decode-anatomy).
+// wait, the math and the epilogue (dev/sm90/results/2026-11-21-h100-decode-anatomy). In CUDA
+// graphs this kernel took batch-1 decode from 8.5 to 6.6 us a call at 1k keys, 11.1 to 8.6 at
+// 4k, and batch 16 at 1k from 26.5 to 26.1 (docs/kernels.md, runs 74 and 75).
 // The combine kernel (split_combine.cuh) merges the splits as before; tiles, splits, tensor maps
 // and the workspace layout are the general packed kernel's (Config is its configuration). Of its
 // 64-row slabs only the one that holds the rows is computed, so the launcher sends calls with
@@ -27,6 +30,7 @@
 
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
+#include "cuda/common/numeric.cuh"
 #include "cuda/ptx/grid_dependency.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -99,7 +103,42 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
   }
 }
 
-template <DType kDType, class Config, bool kCausal>
+// An unsplit tile's O (normalized) and lse straight to out and lse: a thread's two rows, two
+// columns of every 8, as 16-bit pairs. out's strides are multiples of 8 elements (the TMA maps
+// the launcher built require 16 bytes), so every pair is 4-byte aligned.
+template <DType kDType, int kOAccRegs>
+__device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs],
+                                                      const float (&lse)[2],
+                                                      const AttentionParams& params,
+                                                      const Sm90Tile& tile, int slab_row_begin,
+                                                      int row0, int lane, int group_shift,
+                                                      int query_rows) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = slab_row_begin + row0 + 8 * r;
+    if (row < 0 || row >= query_rows) continue;
+    const int head_q = sm90_row_head(tile.head, row, group_shift);
+    const int position = sm90_row_position(row, group_shift);
+    element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
+                             params.o_offset(tile.batch, position, head_q);
+#pragma unroll
+    for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
+      const int col = 8 * chunk + 2 * (lane % 4);
+      if (col < params.head_dim) {  // a padded 96: both columns or neither
+        *reinterpret_cast<uint32_t*>(out + col) =
+            pack_pair<kDType>(o[4 * chunk + 2 * r], o[4 * chunk + 2 * r + 1]);
+      }
+    }
+    if (params.lse != nullptr && lane % 4 == 0) {
+      params.lse[params.lse_offset(tile.batch, head_q, position)] = lse[r];
+    }
+  }
+}
+
+// kWritesSplits: the launch splits the keys (partials for the combine kernel), else every tile
+// writes out itself. Two kernels, so that the split one carries no unsplit epilogue: with it,
+// batch-1 decode ran 0.1-0.2 us slower a call on the H100 (194 registers against 179).
+template <DType kDType, class Config, bool kCausal, bool kWritesSplits>
 __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     sm90_decode_kernel(const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_k,
@@ -190,8 +229,14 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   const int lane = thread % 32;
   const int row0 = (thread / 32) * 16 + lane / 4;
   const int group_shift = tile_order.group_shift;
-  sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
-                           group_shift, sm90_query_rows(params, tile.batch, group_shift));
+  const int query_rows = sm90_query_rows(params, tile.batch, group_shift);
+  if constexpr (kWritesSplits) {
+    sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
+                             group_shift, query_rows);
+  } else {
+    sm90_decode_write_out<kDType>(o, lse, params, tile, slab_row_begin, row0, lane, group_shift,
+                                  query_rows);
+  }
 #endif
 }
 

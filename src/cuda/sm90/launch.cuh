@@ -62,6 +62,20 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
   return kv_split;
 }
 
+// The decode kernel (decode_kernel.cuh) of a packed call: one CTA per tile and split, as a
+// programmatic dependent of the kernel before it.
+template <DType kDType, class Config, bool kCausal, bool kWritesSplits>
+void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
+                        const CUtensorMap& map_k, const CUtensorMap& map_v,
+                        const Sm90KvSplit& kv_split, int64_t num_tiles) {
+  constexpr auto kernel = sm90_decode_kernel<kDType, Config, kCausal, kWritesSplits>;
+  constexpr int kSmemBytes = Sm90DecodeSmem<Config>::kBytes;
+  raise_dynamic_smem_limit_once<kernel>(kSmemBytes, params.device_index);
+  FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(num_tiles),
+                                             kSm90DecodeThreads, kSmemBytes, params.stream,
+                                             map_q, map_k, map_v, params, kv_split));
+}
+
 // The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
 // both schedules and sweeps tile configurations).
 template <DType kDType, class Config, bool kCausal, Sm90Schedule kSchedule>
@@ -149,18 +163,19 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
   if constexpr (Config::kPacksGroups) {
-    // Split calls whose tiles hold at most one slab of rows (batch-1 decode) run the decode
-    // kernel, one warpgroup per split, on the same tiles, splits and workspace.
-    if (kv_split.splits > 1 &&
+    // Calls whose tiles hold at most one slab of rows and need no more CTAs than SMs (decode:
+    // batch-1 split, or up to batch 16 of GQA 4:1 unsplit) run the decode kernel, one warpgroup
+    // per tile and split, on the same tiles, splits and workspace.
+    if (num_tiles <= num_sms &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
-      constexpr auto decode = sm90_decode_kernel<kDType, Config, kCausal>;
-      constexpr int kDecodeSmemBytes = Sm90DecodeSmem<Config>::kBytes;
-      raise_dynamic_smem_limit_once<decode>(kDecodeSmemBytes, params.device_index);
-      FLASHCORE_CUDA_CHECK(sm90_launch_dependent(decode, static_cast<unsigned int>(num_tiles),
-                                                 kSm90DecodeThreads, kDecodeSmemBytes,
-                                                 params.stream, map_q, map_k, map_v, params,
-                                                 kv_split));
-      launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+      if (kv_split.splits > 1) {
+        launch_sm90_decode<kDType, Config, kCausal, true>(params, map_q, map_k, map_v, kv_split,
+                                                          num_tiles);
+        launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+      } else {
+        launch_sm90_decode<kDType, Config, kCausal, false>(params, map_q, map_k, map_v, kv_split,
+                                                           num_tiles);
+      }
       return;
     }
     // Decode: a programmatic dependent of the kernel before it (launch_dependent.h), whose end
