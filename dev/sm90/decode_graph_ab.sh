@@ -17,6 +17,9 @@ common=(-DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA_ARCHS=90a -DFLASHCORE_BUILD_
 build() {  # name source [extra cmake args]
   local name=$1 source=$2
   shift 2
+  # Always from scratch: a warm machine keeps the last call's build, and git archive stamps
+  # files with the commit time, so make would take an older tree's objects as up to date.
+  rm -rf "build-$name"
   (cmake -S "$source" -B "build-$name" "${common[@]}" "$@" &&
    cmake --build "build-$name" -j8) > "$OUT/g/build_$name.log" 2>&1
   echo "build $name rc=$?"
