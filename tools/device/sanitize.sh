@@ -37,11 +37,13 @@ cases=(
   # head_dim 96: sm90 runs the 128 kernels on tensor maps 96 columns wide (zero-filled loads,
   # clipped stores).
   "--batch 2 --seqlen-q 257 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 96 --causal"
-  # Packed GQA tiles (5-D Q / O maps, a KV group's query heads in one tile's rows): decode with
-  # the second consumer rowless, and 17 causal positions of 8 heads (136 rows: a first block
-  # from row -64, tiles claimed) over keys with a tail.
-  "--batch 2 --seqlen-q 1 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 128"
+  # Packed GQA tiles (5-D Q / O maps, a KV group's query heads in one tile's rows) in the
+  # general kernel: decode with more tiles than SMs (160; the second consumer rowless), and 17
+  # causal positions of 8 heads (136 rows: a first block from row -64, tiles claimed) over keys
+  # with a tail. Decode of fewer tiles runs the decode kernel: 3 splits here.
+  "--batch 40 --seqlen-q 1 --seqlen-k 200 --heads-q 8 --heads-kv 4 --head-dim 128"
   "--batch 2 --seqlen-q 17 --seqlen-k 150 --heads-q 16 --heads-kv 2 --head-dim 64 --causal"
+  "--batch 2 --seqlen-q 1 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 128"
   # Split-KV (flashcore-bench passes a workspace): 2 packed tiles of 12 rows, their keys in
   # splits run by the decode kernel (one warpgroup per split; causal: the rows in a tile's second
   # slab) whose partials the combine kernel merges; causal with a key tail; and d256 decode,

@@ -4,7 +4,8 @@
 // tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
 // them through the workspace counters, which it zeroes on the stream first). Packed calls launch
 // as programmatic dependents of the kernel before them (launch_dependent.h); those with too few
-// tiles split their keys and launch the combine kernel after. Throws Error for anything it
+// tiles split their keys and launch the combine kernel after, and those of at most 64 rows a
+// tile that fit the SMs run the decode kernel (decode_kernel.cuh). Throws Error for anything it
 // cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
 // calls to sm80).
 #pragma once
