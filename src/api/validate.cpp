@@ -1,5 +1,6 @@
 #include "api/validate.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -428,9 +429,7 @@ namespace flashcore {
 
 size_t attention_workspace_bytes(const AttentionArgs& args) {
   if (args.q.device.type != DeviceType::kCUDA) return 0;
-  const size_t split_bytes = detail::split_kv_workspace_bytes(args);
-  return split_bytes > detail::kTileCounterWorkspaceBytes ? split_bytes
-                                                          : detail::kTileCounterWorkspaceBytes;
+  return std::max(detail::split_kv_workspace_bytes(args), detail::kTileCounterWorkspaceBytes);
 }
 
 }  // namespace flashcore

@@ -79,6 +79,26 @@ struct Sm90ThreadRows {
   }
 };
 
+// Between S = Q K^T of KV block `n_block` and its P V, for consumers that take the blocks in turn
+// (the plain schedule, the decode kernel): the mask where the block needs it, the online softmax,
+// O rescaled by the moved maxima, and P as the A fragments of P V.
+template <DType kDType, class Config, bool kCausal, int kSAccRegs, int kOAccRegs, int kPSteps>
+__device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&o)[kOAccRegs],
+                                                 uint32_t (&p)[kPSteps][4],
+                                                 OnlineSoftmaxRows& softmax,
+                                                 const Sm90ThreadRows<Config, kCausal>& rows,
+                                                 const KvTileRange& kv_tiles, int n_block,
+                                                 float scale_log2) {
+  if (n_block >= kv_tiles.first_masked) {
+    mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                 rows.col_limit[1]);
+  }
+  float correction[2];
+  softmax.update(s, scale_log2, correction);
+  scale_rows(o, correction);
+  accumulator_to_a_fragments<kDType>(s, p);
+}
+
 // How both consumer schedules end a tile: O goes out through its own staging buffer, or a V stage
 // once every consumer has read the V there (persistent CTAs, which hand Q back early), else
 // through the consumer's Q slab; then the Q phase moves on. `state.ring` is already past the
@@ -139,15 +159,9 @@ __device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
     mbarrier_arrive(smem.k_empty(ring.stage));
     if (step == count - 1) release.after_last_qk();
 
-    if (n_block >= kv_tiles.first_masked) {
-      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
-                   rows.col_limit[1]);
-    }
-    float correction[2];
-    softmax.update(s, params.softmax_scale_log2, correction);
-    scale_rows(o, correction);
-    uint32_t p[Math::kPSteps][4];
-    accumulator_to_a_fragments<kDType>(s, p);  // P = softmaxed S
+    uint32_t p[Math::kPSteps][4];  // P = softmaxed S
+    sm90_scores_to_p<kDType>(s, o, p, softmax, rows, kv_tiles, n_block,
+                             params.softmax_scale_log2);
 
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));

@@ -39,6 +39,7 @@
 #include "cuda/sm90/consumer.cuh"
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace flashcore::detail {
@@ -86,21 +87,14 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     const CUtensorMap* map_v,
                                                     const Sm90Tile& tile,
                                                     const KvTileRange& kv_tiles, int step) {
-  constexpr int kBoxBytes = Config::kBlockN * kSwizzleBytes;
   const int stage = step % Config::kStages;
   const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
   mbarrier_arrive_expect_tx(smem.k_full(stage), Config::kKVTileBytes);
-#pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(smem.k(stage) + block * kBoxBytes, map_k, smem.k_full(stage),
-                block * Config::kBoxCols, n_begin, tile.head, tile.batch);
-  }
+  sm90_load_kv_block<Config>(smem.k(stage), map_k, smem.k_full(stage), n_begin, tile.head,
+                             tile.batch);
   mbarrier_arrive_expect_tx(smem.v_full(stage), Config::kKVTileBytes);
-#pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(smem.v(stage) + block * kBoxBytes, map_v, smem.v_full(stage),
-                block * Config::kBoxCols, n_begin, tile.head, tile.batch);
-  }
+  sm90_load_kv_block<Config>(smem.v(stage), map_v, smem.v_full(stage), n_begin, tile.head,
+                             tile.batch);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse: a thread's two rows, two
@@ -113,12 +107,8 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
                                                       const Sm90Tile& tile, int slab_row_begin,
                                                       int row0, int lane, int group_shift,
                                                       int query_rows) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = slab_row_begin + row0 + 8 * r;
-    if (row < 0 || row >= query_rows) continue;
-    const int head_q = sm90_row_head(tile.head, row, group_shift);
-    const int position = sm90_row_position(row, group_shift);
+  sm90_for_each_thread_row(tile, slab_row_begin, row0, group_shift, query_rows,
+                           [&](int r, int head_q, int position) {
     element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
                              params.o_offset(tile.batch, position, head_q);
 #pragma unroll
@@ -132,7 +122,7 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
     if (params.lse != nullptr && lane % 4 == 0) {
       params.lse[params.lse_offset(tile.batch, head_q, position)] = lse[r];
     }
-  }
+  });
 }
 
 // kWritesSplits: the launch splits the keys (partials for the combine kernel), else every tile
@@ -173,14 +163,9 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
   if (thread == 0) {
-    constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
-#pragma unroll
-    for (int block = 0; block < Config::kColumnBlocks; ++block) {
-      tma_load_5d(smem.q() + block * kBoxBytesQ, &map_q, smem.q_full(), block * Config::kBoxCols,
-                  0, sm90_row_position(slab_row_begin, tile_order.group_shift), tile.head,
-                  tile.batch);
-    }
+    sm90_load_q_slab<Config>(smem.q(), &map_q, smem.q_full(), tile, slab_row_begin,
+                             tile_order.group_shift);
     for (int step = 0; step < count && step < Config::kStages; ++step) {
       sm90_decode_load_kv(smem, &map_k, &map_v, tile, kv_tiles, step);
     }
@@ -202,15 +187,9 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     Math::issue_qk(s, q_slab, smem_u32(smem.k(stage)));
     wgmma_wait_group<0>();
     fence_accumulators(s);
-    if (n_block >= kv_tiles.first_masked) {
-      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
-                   rows.col_limit[1]);
-    }
-    float correction[2];
-    softmax.update(s, params.softmax_scale_log2, correction);
-    scale_rows(o, correction);
     uint32_t p[Math::kPSteps][4];
-    accumulator_to_a_fragments<kDType>(s, p);
+    sm90_scores_to_p<kDType>(s, o, p, softmax, rows, kv_tiles, n_block,
+                             params.softmax_scale_log2);
     mbarrier_wait_parity(smem.v_full(stage), phase);
     Math::issue_pv(o, p, smem_u32(smem.v(stage)));
     wgmma_wait_group<0>();

@@ -38,12 +38,8 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
                                                  const Sm90KvSplit& kv_split, const Sm90Tile& tile,
                                                  int slab_row_begin, int row0, int lane,
                                                  int group_shift, int query_rows) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = slab_row_begin + row0 + 8 * r;
-    if (row < 0 || row >= query_rows) continue;
-    const int head_q = sm90_row_head(tile.head, row, group_shift);
-    const int position = sm90_row_position(row, group_shift);
+  sm90_for_each_thread_row(tile, slab_row_begin, row0, group_shift, query_rows,
+                           [&](int r, int head_q, int position) {
     const int64_t index = kv_split.row(params, tile.kv_split, tile.batch, head_q, position);
     if (lane % 4 == 0) kv_split.lse_partial[index] = lse[r];
     float* o_row = kv_split.o_partial + index * params.head_dim;
@@ -55,7 +51,7 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
         o_row[col + 1] = o[4 * chunk + 2 * r + 1];
       }
     }
-  }
+  });
 }
 
 template <DType kDType, class Config, int kOAccRegs>

@@ -81,6 +81,20 @@ FC_HOST_DEVICE int sm90_row_head(int tile_head, int row, int group_shift) {
 }
 FC_HOST_DEVICE int sm90_row_position(int row, int group_shift) { return row >> group_shift; }
 
+// This thread's two accumulator rows (row0 and row0 + 8 of the slab from slab_row_begin) that
+// lie in the sequence, each with its query head and position: fn(r, head_q, position).
+template <class Fn>
+__device__ __forceinline__ void sm90_for_each_thread_row(const Sm90Tile& tile, int slab_row_begin,
+                                                         int row0, int group_shift,
+                                                         int query_rows, Fn&& fn) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = slab_row_begin + row0 + 8 * r;
+    if (row < 0 || row >= query_rows) continue;
+    fn(r, sm90_row_head(tile.head, row, group_shift), sm90_row_position(row, group_shift));
+  }
+}
+
 // Rows of a (batch, head or KV group)'s query block sequence.
 FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
   return params.seqlen_q_of(batch) << group_shift;

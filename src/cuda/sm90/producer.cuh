@@ -27,33 +27,54 @@ struct Sm90TensorMaps {
   const CUtensorMap* o;
 };
 
+// One 64-row slab of Q (every column block) into `dst`, completing on `barrier`; the caller
+// expects its bytes. Packed tiles (5-D map over (head_dim, head in group, seqlen, KV head,
+// batch)): the slab is 64 >> group_shift positions of every head of the group.
+template <class Config>
+__device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap* map_q,
+                                                 uint64_t* barrier, const Sm90Tile& tile,
+                                                 int slab_row_begin, int group_shift) {
+  constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
+#pragma unroll
+  for (int block = 0; block < Config::kColumnBlocks; ++block) {
+    if constexpr (Config::kPacksGroups) {
+      tma_load_5d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols, 0,
+                  sm90_row_position(slab_row_begin, group_shift), tile.head, tile.batch);
+    } else {
+      tma_load_4d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols,
+                  slab_row_begin, tile.head, tile.batch);
+    }
+  }
+}
+
+// One KV block of K or V (every column block, keys from n_begin) into `dst`, completing on
+// `full`; the caller expects its bytes.
+template <class Config>
+__device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorMap* map,
+                                                   uint64_t* full, int n_begin, int kv_head,
+                                                   int batch) {
+  constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
+#pragma unroll
+  for (int block = 0; block < Config::kColumnBlocks; ++block) {
+    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, n_begin, kv_head,
+                batch);
+  }
+}
+
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
 // sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
-// Packed tiles (5-D map over (head_dim, head in group, seqlen, KV head, batch)): a slab is
-// 64 >> group_shift positions of every head of the group.
 template <class Config>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
                                             const Sm90TensorMaps& maps, const Sm90Tile& tile,
                                             int group_shift) {
-  constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
   const int slabs_before_row_0 = sm90_slabs_before_row_0<Config>(tile.row_begin);
   mbarrier_arrive_expect_tx(smem.q_full(),
                             Config::kQBytes - slabs_before_row_0 * Config::kQSlabBytes);
 #pragma unroll
   for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
     if (consumer < slabs_before_row_0) continue;
-#pragma unroll
-    for (int block = 0; block < Config::kColumnBlocks; ++block) {
-      uint8_t* dst = smem.q_slab(consumer) + block * kBoxBytesQ;
-      const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-      if constexpr (Config::kPacksGroups) {
-        tma_load_5d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, 0,
-                    sm90_row_position(slab_row_begin, group_shift), tile.head, tile.batch);
-      } else {
-        tma_load_4d(dst, maps.q, smem.q_full(), block * Config::kBoxCols, slab_row_begin,
-                    tile.head, tile.batch);
-      }
-    }
+    sm90_load_q_slab<Config>(smem.q_slab(consumer), maps.q, smem.q_full(), tile,
+                             sm90_slab_row_begin<Config>(tile, consumer), group_shift);
   }
 }
 
@@ -76,7 +97,6 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
                                                   const Sm90Tile& tile, int kv_head,
                                                   const KvTileRange& kv_tiles, int step,
                                                   RingPosition<Config::kStages>& ring) {
-  constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
   const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
   uint64_t* empty = is_v ? smem.v_empty(ring.stage) : smem.k_empty(ring.stage);
   uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
@@ -84,11 +104,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
   mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
-#pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, n_begin, kv_head,
-                tile.batch);
-  }
+  sm90_load_kv_block<Config>(dst, map, full, n_begin, kv_head, tile.batch);
   ring.advance();
 }
 

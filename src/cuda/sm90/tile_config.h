@@ -299,7 +299,10 @@ constexpr Sm90KvSplitPlan sm90_kv_split_plan(int batch, int heads_q, int heads_k
 
 // Workspace of a split call past the tile counters: per split, O (head_dim floats) and lse of
 // every (batch, head, query row).
-constexpr int64_t kSm90SplitWorkspaceOffset = 256;  // bytes; the tile counters come first
+// Bytes before the partials: the tile counters (8 bytes) come first, and the partials start on
+// a 256-byte boundary of the workspace, so the combine kernel's loads of a row start aligned to
+// whole L2 sectors whatever the counters grow to.
+constexpr int64_t kSm90SplitWorkspaceOffset = 256;
 constexpr int64_t sm90_kv_split_workspace_bytes(const Sm90KvSplitPlan& plan, int batch,
                                                 int heads_q, int seqlen_q, int head_dim) {
   if (plan.splits <= 1) return 0;
