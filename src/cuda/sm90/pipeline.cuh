@@ -159,30 +159,31 @@ FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
 // stream 132 different K/V from memory). Built once per CTA: the section size takes a 64-bit
 // division, which the producer used to repeat for every tile between claiming it and loading it.
 //
-// Where every tile costs the same (non-causal, unpacked, no partial block) the m-block is the
-// fastest coordinate instead: consecutive CTAs then compute the blocks of one head. The hardware
-// places consecutive CTAs on the SMs of one GPC (dev/sm90/smid_map.cu: blocks in runs of 8 on
-// one GPC's even, then odd SMs), and K/V reads of the same sectors from one GPC at about the same
-// time are merged before the L2 (the L2 request coalescer). H100, d128 1k under ncu: L2 read
-// sectors from the GPCs 39.1 M -> 24.4 M (cuDNN's kernel 20.3 M), the kernel 278.6 -> 274.6 us
-// (run 79). With a partial block, the m-block of a CTA's tiles would repeat with the stride
-// (132 = 6 x 22 = 11 x 12 for d64 at 1k and d128 at 2k): the same CTAs would draw every short
-// tile, so those launches keep the m-block slowest.
+// Non-causal unpacked launches put the m-block fastest instead: consecutive CTAs then compute
+// the blocks of one head. The hardware places consecutive CTAs on the SMs of one GPC
+// (dev/sm90/smid_map.cu: blocks in runs of 7-8 on one group's even, then odd SMs), and reads of
+// the same sectors from one GPC at about the same time are merged before the L2 (the L2 request
+// coalescer). H100, d128 1k under ncu: L2 read sectors from the GPCs 39.0 M -> 24.4 M (cuDNN's
+// kernel 20.3 M), the kernel 277.4 -> 271.9 us (run 79). Causal launches keep the m-block
+// slowest (longest first): their CTAs visit a head's K/V from their own diagonal down, so the
+// blocks of one head never read the same K/V at the same time anyway.
+// With a partial block the m-block of a persistent CTA's tiles would repeat with the stride
+// (132 = 6 x 22 = 11 x 12: d64 at 1k, d128 at 2k), so the same CTAs would draw every short
+// tile. The m-blocks of a head therefore rotate by the round (stride) their first tile is in:
+// each CTA draws every m-block in turn.
 template <class Config, bool kCausal>
 struct Sm90TileOrder {
   int group_shift;  // sm90_group_shift
   int m_blocks;
   int heads_times_batch;
   int per_section;  // (head, batch) pairs per L2 section
-  bool m_block_fastest;
+  static constexpr bool kMBlockFastest = !kCausal && !Config::kPacksGroups;
 
   __device__ __forceinline__ explicit Sm90TileOrder(const AttentionParams& params)
       : group_shift(sm90_group_shift<Config>(params)),
         m_blocks(sm90_m_blocks<Config>(params)),
         heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
-        per_section(sm90_heads_per_section<Config>(params)),
-        m_block_fastest(!kCausal && !Config::kPacksGroups &&
-                        params.seqlen_q % Config::kBlockM == 0) {}
+        per_section(sm90_heads_per_section<Config>(params)) {}
 
   // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
   // the split is the slowest coordinate.
@@ -198,8 +199,17 @@ struct Sm90TileOrder {
     const int pairs = min(per_section, heads_times_batch - first_pair);
     const int rest = index - first_pair * m_blocks;
     Sm90Tile tile;
-    tile.m_block = m_blocks - 1 - (m_block_fastest ? rest % m_blocks : rest / pairs);
-    const int pair = first_pair + (m_block_fastest ? rest / m_blocks : rest % pairs);
+    int pair;
+    if constexpr (kMBlockFastest) {
+      pair = first_pair + rest / m_blocks;
+      const int in_head = rest % m_blocks;
+      // The round (stride of gridDim.x) that the head's first tile falls in.
+      const int round = (index - in_head) / static_cast<int>(gridDim.x);
+      tile.m_block = m_blocks - 1 - (in_head + round) % m_blocks;
+    } else {
+      pair = first_pair + rest % pairs;
+      tile.m_block = m_blocks - 1 - rest / pairs;
+    }
     tile.head = pair % sm90_tile_heads<Config>(params);
     tile.batch = pair / sm90_tile_heads<Config>(params);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
