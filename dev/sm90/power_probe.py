@@ -113,11 +113,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--out", default="power_probe.json")
+    parser.add_argument("--shapes", default=None,
+                        help="head_dim:causal:seqlen list, e.g. 128:0:1024,64:1:1024 "
+                             "(default: the 4k shapes of SHAPES)")
     args = parser.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in item.split(":")) for item in args.shapes.split(",")]
+        shapes = [(head_dim, bool(causal), seqlen) for head_dim, causal, seqlen in shapes]
     sampler = Sampler()
     time.sleep(SAMPLER_START_S)
     records = []
-    for head_dim, causal, seqlen in SHAPES:
+    for head_dim, causal, seqlen in shapes:
         for dtype_name in compare_grids.DTYPES:
             config = compare_grids.standard_config(seqlen, head_dim, dtype_name, causal)
             flops = config.flops()
