@@ -209,6 +209,7 @@ std::vector<Variant> sweep_variants() {
       sweep_variant<S::kPersistent, 256, 64, 2>(),  // short-sequence candidate
       // L2 section size (MiB of K/V per section; default kSm90L2ReuseMiB = 8)
       sweep_variant<S::kPersistent, 64, 128, 2, 3, 24>(),
+      sweep_variant<S::kPersistent, 64, 128, 3, 3, 24>(),  // d64 causal 1k at boost clocks
       sweep_variant<S::kPersistent, 128, 128, 2, 2, 4>(),
       sweep_variant<S::kPersistent, 128, 128, 2, 2, 24>(),
       sweep_variant<S::kPersistent, 128, 128, 2, 2, 16>(),
