@@ -79,6 +79,20 @@ struct Sm90ThreadRows {
   }
 };
 
+// The first KV block whose columns this warp's 16 rows must mask. The rows' column limits grow
+// down the warp, so blocks before the one holding its first row's limit are visible to all of
+// them. In a causal tile the warps below the first row's diagonal block skip its mask (a 192-row
+// tile spans two or three blocks of 128 columns); non-causal warps mask the tile's tail block.
+template <class Config, bool kCausal>
+__device__ __forceinline__ int sm90_warp_first_masked(const Sm90ThreadRows<Config, kCausal>& rows,
+                                                      const KvTileRange& kv_tiles) {
+  if constexpr (!kCausal) return kv_tiles.first_masked;
+  // Lane 0 holds the warp's first row.
+  const int warp_col_limit = __shfl_sync(0xffffffff, rows.col_limit[0], 0);
+  const int first = warp_col_limit > 0 ? warp_col_limit / Config::kBlockN : 0;
+  return first > kv_tiles.first_masked ? first : kv_tiles.first_masked;
+}
+
 // Between S = Q K^T of KV block `n_block` and its P V, for consumers that take the blocks in turn
 // (the plain schedule, the decode kernel): the mask where the block needs it, the online softmax,
 // O rescaled by the moved maxima, and P as the A fragments of P V.

@@ -117,6 +117,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
   sm90_trace(Sm90Event::kQReady);
   const int num_tiles = kv_tiles.count();
+  const int first_masked = sm90_warp_first_masked(rows, kv_tiles);
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
@@ -134,7 +135,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     mbarrier_arrive(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
     int n_block = kv_tiles.end - 1;
-    if (n_block >= kv_tiles.first_masked) {
+    if (n_block >= first_masked) {
       mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                    rows.col_limit[1]);
     }
@@ -163,7 +164,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       sm90_trace(Sm90Event::kSReady);
       mbarrier_arrive(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
-      if (n_block >= kv_tiles.first_masked) {
+      if (n_block >= first_masked) {
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
