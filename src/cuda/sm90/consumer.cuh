@@ -81,12 +81,13 @@ struct Sm90ThreadRows {
 
 // The first KV block whose columns this warp's 16 rows must mask. The rows' column limits grow
 // down the warp, so blocks before the one holding its first row's limit are visible to all of
-// them. In a causal tile the warps below the first row's diagonal block skip its mask (a 192-row
-// tile spans two or three blocks of 128 columns); non-causal warps mask the tile's tail block.
+// them: in a causal tile the warps below the first row's diagonal block skip its mask (a 128-row
+// d256 tile spans two or three blocks of 80 columns). Config::kWarpMaskStart says where that
+// pays; elsewhere, and without a causal mask, the tile's first masked block.
 template <class Config, bool kCausal>
 __device__ __forceinline__ int sm90_warp_first_masked(const Sm90ThreadRows<Config, kCausal>& rows,
                                                       const KvTileRange& kv_tiles) {
-  if constexpr (!kCausal) return kv_tiles.first_masked;
+  if constexpr (!kCausal || !Config::kWarpMaskStart) return kv_tiles.first_masked;
   // Lane 0 holds the warp's first row.
   const int warp_col_limit = __shfl_sync(0xffffffff, rows.col_limit[0], 0);
   const int first = warp_col_limit > 0 ? warp_col_limit / Config::kBlockN : 0;

@@ -361,6 +361,11 @@ struct Sm90TileConfig {
   // lost 3-7% at 2k-16k non-causal with it. fp16 (with an exact second max, softmax.cuh): d128
   // non-causal 2k / 4k +10% / +9%, d256 +4-10% (dev/sm90/results/2026-11-21-h100-fp16-lazy).
   static constexpr bool kLazyRescale = kHeadDim != 64;
+  // Causal masks start at each warp's own diagonal block (sm90_warp_first_masked) rather than the
+  // tile's first row's. H100, A B A B (dev/sm90/results/2026-11-21-h100-warp-mask): d256 causal
+  // 1k-16k +2.6..+5.8% (a 128-row tile spans two or three 80-column blocks); d64 causal 8k -2%
+  // in three alternations (the code moved, not the work), d128 within the spread. So d256 only.
+  static constexpr bool kWarpMaskStart = kHeadDim == 256;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = kSm90BoxCols;  // one 128-byte swizzled row per TMA box
