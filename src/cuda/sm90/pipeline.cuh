@@ -159,10 +159,11 @@ FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
 // stream 132 different K/V from memory). Built once per CTA: the section size takes a 64-bit
 // division, which the producer used to repeat for every tile between claiming it and loading it.
 //
-// Non-causal unpacked launches put the m-block fastest instead: consecutive CTAs then compute
-// the blocks of one head. The hardware places consecutive CTAs on the SMs of one GPC
-// (dev/sm90/smid_map.cu: blocks in runs of 7-8 on one group's even, then odd SMs), and reads of
-// the same sectors from one GPC at about the same time are merged before the L2 (the L2 request
+// Non-causal unpacked launches put the m-block fastest instead (the sections then leave the
+// order as it is): consecutive CTAs compute the blocks of one head. The hardware places
+// consecutive CTAs on one group of SMs, a GPC by its size (dev/sm90/smid_map.cu on an H100 and
+// an H200: runs of 7-8 blocks on a group's even, then its odd SMs), and reads of the same
+// sectors from one GPC at about the same time are merged before the L2 (the L2 request
 // coalescer). H100, d128 1k under ncu: L2 read sectors from the GPCs 39.0 M -> 24.4 M (cuDNN's
 // kernel 20.3 M), the kernel 277.4 -> 271.9 us (run 79). Causal launches keep the m-block
 // slowest (longest first): their CTAs visit a head's K/V from their own diagonal down, so the
