@@ -19,8 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/ptx/mbarrier.cuh"  // smem_u32
-#include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/sm90/smem_layout.cuh"  // align_to_swizzle_atom
 #include "cuda/sm90/tensor_map.h"
 #include "flashcore/flashcore.h"
 
@@ -29,15 +28,10 @@ namespace flashcore::sm90_test {
 using detail::BshdTensor;
 using detail::make_bshd_tensor_map;
 
-// Dynamic shared memory is only 16-byte aligned; swizzled tiles start on a swizzle atom. Kernels
-// allocate kSmemSlack extra bytes for the shift.
+// Dynamic shared memory is only 16-byte aligned; swizzled tiles start on a swizzle atom
+// (detail::align_to_swizzle_atom). Kernels allocate kSmemSlack extra bytes for the shift.
 constexpr int kSmemSlack = detail::kSwizzleAtomBytes;
-__device__ __forceinline__ uint8_t* align_to_swizzle_atom(uint8_t* p) {
-  const uint32_t address = detail::smem_u32(p);
-  const uint32_t aligned =
-      (address + detail::kSwizzleAtomBytes - 1) & ~(detail::kSwizzleAtomBytes - 1);
-  return p + (aligned - address);
-}
+using detail::align_to_swizzle_atom;
 
 inline bool has_sm90_device() {
   int device = 0;

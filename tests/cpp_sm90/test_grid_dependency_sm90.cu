@@ -1,13 +1,15 @@
-// Device test of programmatic dependent launch (cuda/ptx/grid_dependency.cuh), as the split-KV
-// combine uses it: a primary kernel lets its dependent launch at once, then works for about a
-// millisecond before writing its result; the dependent, launched with the attribute, waits in
-// grid_dependency_wait and copies the result. Without the wait it would read the primary's
-// buffer before the write. Whether the dependent really started early is printed, not checked:
-// the hardware may also launch it after the primary has completed.
+// Device test of programmatic dependent launch (cuda/ptx/grid_dependency.cuh, launched through
+// the library's sm90_launch_dependent), as the split-KV combine uses it: a primary kernel lets
+// its dependent launch at once, then works for about a millisecond before writing its result;
+// the dependent, launched with the attribute, waits in grid_dependency_wait and copies the
+// result. Without the wait it would read the primary's buffer before the write. Whether the
+// dependent really started early is printed, not checked: the hardware may also launch it after
+// the primary has completed.
 #include <cstdio>
 #include <vector>
 
 #include "cuda/ptx/grid_dependency.cuh"
+#include "cuda/sm90/launch_dependent.h"
 #include "sm90_test_util.h"
 
 namespace flashcore::sm90_test {
@@ -53,16 +55,9 @@ TEST(Sm90GridDependency, DependentWaitsForThePrimarysWrites) {
 
   primary_kernel<<<1, 256>>>(values.ptr, times.ptr);
   ASSERT_CUDA(cudaGetLastError());
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(1);
-  config.blockDim = dim3(256);
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  ASSERT_CUDA(cudaLaunchKernelEx(&config, dependent_kernel, static_cast<const int*>(values.ptr),
-                                 copy.ptr, times.ptr + 1));
+  ASSERT_CUDA(sm90_launch_dependent(dependent_kernel, dim3(1), dim3(256), 0, nullptr,
+                                    static_cast<const int*>(values.ptr), copy.ptr,
+                                    times.ptr + 1));
   ASSERT_CUDA(synchronize_or_exit(::testing::UnitTest::GetInstance()->current_test_info()->name()));
 
   const std::vector<int> got = copy.to_host();

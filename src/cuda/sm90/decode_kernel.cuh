@@ -40,6 +40,7 @@
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
+#include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace flashcore::detail {
@@ -59,11 +60,8 @@ struct Sm90DecodeSmem {
 
   uint8_t* base;
 
-  __device__ __forceinline__ explicit Sm90DecodeSmem(uint8_t* dynamic_smem) {
-    const uint32_t address = smem_u32(dynamic_smem);
-    const uint32_t aligned = (address + kSwizzleAtomBytes - 1) & ~(kSwizzleAtomBytes - 1);
-    base = dynamic_smem + (aligned - address);
-  }
+  __device__ __forceinline__ explicit Sm90DecodeSmem(uint8_t* dynamic_smem)
+      : base(align_to_swizzle_atom(dynamic_smem)) {}
   __device__ __forceinline__ uint8_t* q() const { return base; }
   __device__ __forceinline__ uint8_t* k(int stage) const {
     return base + Config::kQSlabBytes + stage * Config::kKVTileBytes;

@@ -137,22 +137,13 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
   const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, Config::kBlockN);
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
+  // Built for every call, the decode kernel's too: its encode checks out's pointer and strides
+  // (16-byte multiples), which that kernel's paired 16-bit stores rely on.
   const CUtensorMap map_o =
       q_or_o_map({"out", params.out, head_dim, params.seqlen_q, params.heads_q, params.batch,
                   params.o_row_stride, params.o_head_stride, params.o_batch_stride});
 
-  constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
-  raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
   int64_t grid = num_tiles;
-  Sm90TileCounters tile_counters;
-  if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
-    tile_counters = sm90_tile_counters(params);
-    if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
-      FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
-                                           kTileCounterCount * sizeof(uint32_t),
-                                           params.stream));
-    }
-  }
   if constexpr (sm90_is_persistent(kSchedule)) {
     grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
   }
@@ -163,32 +154,51 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   if (kv_split.splits > 1) {
     kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
+  // The general kernel (kernel.cuh), after zeroing the tile counters of a launch that claims
+  // tiles. Packed launches are programmatic dependents of the kernel before them
+  // (launch_dependent.h), whose end then overlaps their prologue.
+  const auto launch_forward_kernel = [&] {
+    constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
+    raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
+    Sm90TileCounters tile_counters;
+    if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
+      tile_counters = sm90_tile_counters(params);
+      if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
+        FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
+                                             kTileCounterCount * sizeof(uint32_t),
+                                             params.stream));
+      }
+    }
+    if constexpr (Config::kPacksGroups) {
+      FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
+                                                 Config::kThreads, Config::kSmemBytes,
+                                                 params.stream, map_q, map_k, map_v, map_o,
+                                                 params, tile_counters, kv_split));
+    } else {
+      kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes,
+               params.stream>>>(map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
+      FLASHCORE_CHECK_LAUNCH();
+    }
+  };
   if constexpr (Config::kPacksGroups) {
     // Calls whose tiles hold at most one slab of rows and need no more CTAs than SMs (decode:
     // batch-1 split, or up to batch 16 of GQA 4:1 unsplit) run the decode kernel, one warpgroup
-    // per tile and split, on the same tiles, splits and workspace.
+    // per tile and split, on the same tiles, splits and workspace. It claims no tiles, so those
+    // calls zero no tile counters.
     if (num_tiles <= num_sms &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
       if (kv_split.splits > 1) {
         launch_sm90_decode<kDType, Config, kCausal, true>(params, map_q, map_k, map_v, kv_split,
                                                           num_tiles);
-        launch_sm90_combine_kv_splits<kDType>(params, kv_split);
       } else {
-        launch_sm90_decode<kDType, Config, kCausal, false>(params, map_q, map_k, map_v, kv_split,
-                                                           num_tiles);
+        launch_sm90_decode<kDType, Config, kCausal, false>(params, map_q, map_k, map_v,
+                                                           kv_split, num_tiles);
       }
-      return;
+    } else {
+      launch_forward_kernel();
     }
-    // Decode: a programmatic dependent of the kernel before it (launch_dependent.h), whose end
-    // then overlaps this kernel's prologue; the combine after it is one of this kernel's.
-    FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
-                                               Config::kThreads, Config::kSmemBytes,
-                                               params.stream, map_q, map_k, map_v, map_o, params,
-                                               tile_counters, kv_split));
   } else {
-    kernel<<<static_cast<unsigned int>(grid), Config::kThreads, Config::kSmemBytes,
-             params.stream>>>(map_q, map_k, map_v, map_o, params, tile_counters, kv_split);
-    FLASHCORE_CHECK_LAUNCH();
+    launch_forward_kernel();
   }
   if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
 }

@@ -33,6 +33,15 @@ constexpr int kCombineLoadBatch = 16;        // independent loads in flight per 
 constexpr int kCombineColumnsPerWarp = 32;
 static_assert(kSm90MaxKvSplits <= 32 * kCombineMaxSplitsPerLane, "combine: too many splits");
 
+// The combine's work, one warp per (query row, chunk of kCombineColumnsPerWarp columns): the
+// kernel's bound and the launcher's grid both come from here.
+FC_HOST_DEVICE int64_t sm90_combine_rows(const AttentionParams& params) {
+  return int64_t(params.batch) * params.heads_q * params.seqlen_q;
+}
+FC_HOST_DEVICE int sm90_combine_chunks(const AttentionParams& params) {
+  return ceil_div(params.head_dim, kCombineColumnsPerWarp);
+}
+
 template <DType kDType>
 __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
     sm90_combine_kv_splits(const __grid_constant__ AttentionParams params,
@@ -42,9 +51,9 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   grid_dependency_launch_dependents();
   grid_dependency_wait();
   const int lane = threadIdx.x % 32;
-  const int chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
+  const int chunks = sm90_combine_chunks(params);
   const int64_t warp = int64_t(blockIdx.x) * kCombineWarpsPerBlock + threadIdx.x / 32;
-  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
+  const int64_t rows = sm90_combine_rows(params);
   if (warp >= rows * chunks) return;  // whole warps
   const int64_t row = warp / chunks;
   const int col = static_cast<int>(warp % chunks) * kCombineColumnsPerWarp + lane;
@@ -119,9 +128,8 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
 
 // CTAs of the combine of a call.
 inline int64_t sm90_combine_blocks(const AttentionParams& params) {
-  const int64_t rows = int64_t(params.batch) * params.heads_q * params.seqlen_q;
-  const int64_t chunks = (params.head_dim + kCombineColumnsPerWarp - 1) / kCombineColumnsPerWarp;
-  return (rows * chunks + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
+  const int64_t warps = sm90_combine_rows(params) * sm90_combine_chunks(params);
+  return (warps + kCombineWarpsPerBlock - 1) / kCombineWarpsPerBlock;
 }
 
 // Launches the combine on params.stream, after the attention kernel that filled the partials,
