@@ -10,6 +10,7 @@
 #include "api/kernel_registry.h"
 #include "cuda/sm90/tile_config.h"
 #include "gpu_runner.h"
+#include "thrown_message.h"
 
 namespace flashcore::test {
 namespace {
@@ -78,12 +79,7 @@ std::string skip_reason(Backend backend, DType dtype, int head_dim, bool causal)
 
 // The message attention_forward throws for `args`, or "" when the call runs.
 std::string forward_error(const AttentionArgs& args) {
-  try {
-    attention_forward(args);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return thrown_message([&] { attention_forward(args); });
 }
 
 // Test names of the suites parameterized by dtype alone.

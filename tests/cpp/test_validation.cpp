@@ -8,6 +8,7 @@
 
 #include "api/validate.h"
 #include "flashcore/flashcore.h"
+#include "thrown_message.h"
 
 namespace flashcore {
 namespace {
@@ -20,12 +21,7 @@ void* fake_device_ptr(uintptr_t slot) { return reinterpret_cast<void*>((slot + 1
 
 // Runs validation and returns the error message ("" when nothing was thrown).
 std::string error_of(const AttentionArgs& args) {
-  try {
-    select_backend(args);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return test::thrown_message([&] { select_backend(args); });
 }
 
 #define EXPECT_ERROR_MENTIONS(args, ...)                                          \
