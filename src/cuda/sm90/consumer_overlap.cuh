@@ -84,13 +84,35 @@ struct PingPongTurns {
   }
 };
 
+// The turns of the KV blocks that none of this consumer's rows see (sm90_dead_blocks), taken
+// before its first S: one turn each with no GEMM, so the rotation keeps its n + 1 turns per tile,
+// and K and V released once loaded (waiting for each load keeps every arrival in the phase it
+// belongs to). The turn is handed on before those waits, so the next consumer's GEMMs never
+// queue behind them.
+template <class Config, class Turns>
+__device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Config>& smem,
+                                                      int dead_blocks,
+                                                      RingPosition<Config::kStages>& ring,
+                                                      const Turns& turns) {
+  for (int block = 0; block < dead_blocks; ++block) {
+    turns.begin();
+    turns.end();
+    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+    mbarrier_arrive(smem.k_empty(ring.stage));
+    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    mbarrier_arrive(smem.v_empty(ring.stage));
+    ring.advance();
+  }
+}
+
 template <DType kDType, class Config, bool kCausal, class Turns>
 __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
                                                         const CUtensorMap* map_o,
                                                         const AttentionParams& params,
                                                         const Sm90KvSplit& kv_split,
                                                         const Sm90Tile& tile,
-                                                        const KvTileRange& kv_tiles, int consumer,
+                                                        const KvTileRange& kv_tiles,
+                                                        int dead_blocks, int consumer,
                                                         int thread_in_warpgroup,
                                                         Sm90TileLoopState<Config::kStages>& state,
                                                         const Sm90QRelease& release,
@@ -116,12 +138,13 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   sm90_trace(Sm90Event::kTileBegin);
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
   sm90_trace(Sm90Event::kQReady);
-  const int num_tiles = kv_tiles.count();
+  RingPosition<Config::kStages>& ring = state.ring;
+  sm90_pass_dead_blocks(smem, dead_blocks, ring, turns);
+  const int num_tiles = kv_tiles.count() - dead_blocks;
   const int first_masked = sm90_warp_first_masked(rows, kv_tiles);
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
-    RingPosition<Config::kStages>& ring = state.ring;
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     sm90_trace(Sm90Event::kKReady);
     turns.begin();
@@ -134,7 +157,7 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     sm90_trace(Sm90Event::kSReady);
     mbarrier_arrive(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
-    int n_block = kv_tiles.end - 1;
+    int n_block = kv_tiles.end - 1 - dead_blocks;
     if (n_block >= first_masked) {
       mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                    rows.col_limit[1]);

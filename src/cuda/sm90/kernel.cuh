@@ -162,11 +162,18 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if constexpr (sm90_is_overlapped(kSchedule)) {
         const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
         const int rows = sm90_query_rows(params, tile.batch, tile_order.group_shift);
-        if (!kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) {
+        const int dead_blocks =
+            Config::kSkipsDeadBlocks
+                ? sm90_dead_blocks<Config>(mask, tile, consumer, tile_order.group_shift, kv_tiles)
+                : 0;
+        const bool sees_keys = dead_blocks == 0 || dead_blocks < kv_tiles.count();
+        if ((!kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) &&
+            sees_keys) {
           sm90_consume_overlapped<kDType, Config, kCausal>(smem, &map_o, params, kv_split, tile,
-                                                           kv_tiles, consumer, thread_in_warpgroup,
-                                                           state, release, turns);
-        } else {  // no query row left for this consumer
+                                                           kv_tiles, dead_blocks, consumer,
+                                                           thread_in_warpgroup, state, release,
+                                                           turns);
+        } else {  // no query row left for this consumer, or none of its rows sees a key
           sm90_pass_tile_overlapped<kDType, Config>(smem, &map_o, params, kv_split, tile,
                                                     kv_tiles, slab_row_begin, consumer,
                                                     thread_in_warpgroup, state, release, turns);

@@ -137,6 +137,25 @@ __device__ __forceinline__ KvTileRange sm90_kv_tiles(const MaskPolicy<kCausal>& 
   }
 }
 
+// KV blocks at the end of `kv_tiles` that no row of consumer `consumer` may see. Under a causal
+// mask a tile's last blocks can lie wholly past the diagonal of its upper slabs' rows: a 192-row
+// d64 tile spans 1.5 blocks of 128 keys, so its first slab's last row is a block short of the
+// tile's (at 1k, 7 of a head's 79 consumer steps). The consumer visits them first (blocks go last
+// to first) and passes their turns without GEMMs (sm90_pass_dead_blocks). All of them: the
+// consumer sees no key at all (seqlen_q > seqlen_k leaves the first rows none).
+template <class Config, bool kCausal>
+__device__ __forceinline__ int sm90_dead_blocks(const MaskPolicy<kCausal>& mask,
+                                                const Sm90Tile& tile, int consumer,
+                                                int group_shift, const KvTileRange& kv_tiles) {
+  if constexpr (!kCausal) return 0;
+  const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
+  const int own_end = mask.kv_tiles(sm90_row_position(slab_row_begin, group_shift),
+                                    Config::kRowsPerConsumer >> group_shift, Config::kBlockN)
+                          .end;
+  const int live_end = own_end > kv_tiles.begin ? own_end : kv_tiles.begin;
+  return kv_tiles.end > live_end ? kv_tiles.end - live_end : 0;
+}
+
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
 // Query heads of one KV group count once (they read the same K/V); packed tiles run over KV
 // heads already.

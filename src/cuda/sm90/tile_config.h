@@ -366,6 +366,13 @@ struct Sm90TileConfig {
   // 1k-16k +2.6..+5.8% (a 128-row tile spans two or three 80-column blocks); d64 causal 8k -2%
   // in three alternations (the code moved, not the work), d128 within the spread. So d256 only.
   static constexpr bool kWarpMaskStart = kHeadDim == 256;
+  // Causal consumers pass the turns of the KV blocks past their own rows' diagonal without GEMMs
+  // (sm90_dead_blocks).
+#ifdef FLASHCORE_SM90_SKIP_DEAD_BLOCKS  // experiments: 0 / 1 for every head_dim
+  static constexpr bool kSkipsDeadBlocks = FLASHCORE_SM90_SKIP_DEAD_BLOCKS;
+#else
+  static constexpr bool kSkipsDeadBlocks = true;
+#endif
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
   static constexpr int kBoxCols = kSm90BoxCols;  // one 128-byte swizzled row per TMA box
