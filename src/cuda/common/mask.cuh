@@ -9,6 +9,17 @@ namespace flashcore::detail {
 
 FC_HOST_DEVICE int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// How many of a thread's columns of a row lie before the row's limit, `until_limit` columns past
+// the thread's first column, in the wgmma accumulator layout: in each 8-column chunk a thread
+// holds columns 0 and 1 (relative to its first), so its j-th column is 8 (j / 2) + j % 2 and the
+// visible ones are a prefix. Right for any sign (the shift rounds down, & 7 is the remainder in
+// [0, 8)); not clamped to the thread's column count.
+FC_HOST_DEVICE int thread_columns_before(int until_limit) {
+  const int rest = until_limit & 7;
+  const int columns = 2 * (until_limit >> 3) + (rest < 2 ? rest : 2);
+  return columns > 0 ? columns : 0;
+}
+
 // The KV tiles [begin, end) a query tile visits, and the first tile from which elements need a
 // per-element mask (tiles before it are fully visible and skip the mask arithmetic).
 struct KvTileRange {
@@ -49,6 +60,16 @@ struct MaskPolicy {
     first_unsafe_col = first_unsafe_col > 0 ? first_unsafe_col : 0;
     range.first_masked = first_unsafe_col / block_n;
     return range;
+  }
+
+  // How many tiles at the end of `range` (the tiles of a larger block of rows) none of the rows
+  // [m_begin, m_begin + block_m) sees a key of: under a causal mask the last tiles of a block can
+  // lie wholly past the diagonal of its first rows. All of `range` when those rows see no key.
+  FC_HOST_DEVICE int trailing_hidden_tiles(const KvTileRange& range, int m_begin, int block_m,
+                                           int block_n) const {
+    const int own_end = kv_tiles(m_begin, block_m, block_n).end;
+    const int seen_end = own_end > range.begin ? own_end : range.begin;
+    return range.end > seen_end ? range.end - seen_end : 0;
   }
 
   FC_HOST_DEVICE bool visible(int row, int col) const {

@@ -149,11 +149,8 @@ __device__ __forceinline__ int sm90_dead_blocks(const MaskPolicy<kCausal>& mask,
                                                 int group_shift, const KvTileRange& kv_tiles) {
   if constexpr (!kCausal) return 0;
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-  const int own_end = mask.kv_tiles(sm90_row_position(slab_row_begin, group_shift),
-                                    Config::kRowsPerConsumer >> group_shift, Config::kBlockN)
-                          .end;
-  const int live_end = own_end > kv_tiles.begin ? own_end : kv_tiles.begin;
-  return kv_tiles.end > live_end ? kv_tiles.end - live_end : 0;
+  return mask.trailing_hidden_tiles(kv_tiles, sm90_row_position(slab_row_begin, group_shift),
+                                    Config::kRowsPerConsumer >> group_shift, Config::kBlockN);
 }
 
 // How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
+#include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
 
 namespace flashcore::detail {
@@ -28,18 +30,29 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// Sets to -inf the elements whose key column is >= the row's limit. `first_col` is the key index of
-// this thread's first column in the tile (tile start + 2*(lane%4)).
+// Sets to -inf the elements whose key column is >= the row's limit. `first_col` is the key index
+// of this thread's first column in the tile (tile start + 2*(lane%4)). The visible columns of
+// each row are a prefix of the thread's (thread_columns_before), so the mask is that prefix as
+// the low bits of a word, tested bit by bit: ptxas moves the word into predicates seven bits at
+// a time (R2P), one FSEL per element where a compare per element took an ISETP and an FSEL.
 template <int kAccRegs>
 __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col, int limit_r0,
                                              int limit_r1) {
+  constexpr int kColumnsPerRow = kAccRegs / 2;
+  const int limits[2] = {limit_r0, limit_r1};
 #pragma unroll
-  for (int chunk = 0; chunk < kAccRegs / 4; ++chunk) {
+  for (int r = 0; r < 2; ++r) {
+    const int visible = thread_columns_before(limits[r] - first_col);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = first_col + 8 * chunk + e;
-      if (col >= limit_r0) s[4 * chunk + e] = kNegInfinity;
-      if (col >= limit_r1) s[4 * chunk + 2 + e] = kNegInfinity;
+    for (int word = 0; word * 32 < kColumnsPerRow; ++word) {
+      const int in_word = max(visible - 32 * word, 0);
+      // The low min(in_word, 32) bits set: the funnel shift clamps its count at 32.
+      const uint32_t visible_bits = __funnelshift_lc(0xffffffffu, 0u, in_word);
+#pragma unroll
+      for (int bit = 0; bit < 32 && 32 * word + bit < kColumnsPerRow; ++bit) {
+        const int j = 32 * word + bit;
+        if (!(visible_bits & (1u << bit))) s[4 * (j / 2) + 2 * r + j % 2] = kNegInfinity;
+      }
     }
   }
 }
