@@ -242,6 +242,7 @@ inline std::vector<ProblemShape> correctness_shapes() {
       add(kBf, 1, 1000, 1000, 2, 2, d, causal);  // many KV tiles, tail in both
       add(kFp, 2, 257, 513, 8, 2, d, causal);    // GQA 4, seqlen_q < seqlen_k
       add(kBf, 1, 300, 100, 2, 2, d, causal);    // seqlen_q > seqlen_k: empty rows when causal
+      add(kBf, 1, 1000, 200, 2, 2, d, causal);   // the same in the 1k row (three consumers, d64)
       add(kFp, 1, 200, 333, 2, 2, d, causal, /*bhsd=*/true);
       add(kFp, 1, 130, 260, 2, 2, d, causal, false, /*std=*/30.0f);
     }

@@ -34,6 +34,9 @@ cases=(
   # d64 causal 513..1k (three consumers, tiles claimed): 4 blocks of 192 for 700 rows, the first
   # from row -64 (one slab before row 0), 4 rows past the end; 256 tiles for 132 CTAs.
   "--batch 2 --seqlen-q 700 --seqlen-k 700 --heads-q 32 --heads-kv 8 --head-dim 64 --causal"
+  # The same kernel with more query rows than keys: the slabs of rows 0-799 see no key and pass
+  # the whole tile, and the upper slabs of the others pass their last KV blocks (sm90_dead_blocks).
+  "--batch 1 --seqlen-q 1000 --seqlen-k 200 --heads-q 4 --heads-kv 2 --head-dim 64 --causal"
   # head_dim 96: sm90 runs the 128 kernels on tensor maps 96 columns wide (zero-filled loads,
   # clipped stores).
   "--batch 2 --seqlen-q 257 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 96 --causal"
