@@ -106,15 +106,19 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // > 1k: 385 / 439 / 507 / 522 at 2k / 4k / 8k / 16k; overlap n128 s3 (the old > 4k row)
     // 360 / 427 / 503 / 522.
     {64, true, kAnySeqlen, 128, 2, Sm90Schedule::kPersistent, 3},
-    // d128 non-causal <= 1k: persistent n128 s2 (own O staging), 512 / 589 at 512 / 1k.
-    // 2k-4k: three consumers at n80 (BLOCK_M 192; O 64 + S 40 + P 20 fit 160 registers, n96
-    // spills): H100 sweeps 657 / 690 at 2k / 4k against 621 / 663 for n128 two consumers, 585
-    // vs 589 at 1k, 489 vs 512 at 512; standard grid bf16 1.03x cuDNN at 2k / 4k against 0.99 /
-    // 1.00 (dev/sm90/results/2026-11-21-h100-d128-three-consumers). The third consumer fills the
-    // tensor pipe while two run their softmax, as for d64. > 4k: the sweeps read 721 / 718 at 8k
-    // / 16k against 695 / 664 for overlap n176, but in the grid (cuDNN interleaved) bf16 read
-    // 688 / 658 against 694 / 668 and fp16 638 / 582 against 665 / 602: overlap n176 stays there.
-    {128, false, 1024, 128, 2, Sm90Schedule::kPersistent, 2},
+    // d128 non-causal <= 512: persistent n128 s2 (own O staging), 512 at 512.
+    // 1k-4k: three consumers at n80 (BLOCK_M 192; O 64 + S 40 + P 20 fit 160 registers, n96
+    // spills): H100 sweeps 657 / 690 at 2k / 4k against 621 / 663 for n128 two consumers, 489
+    // vs 512 at 512; standard grid bf16 1.03x cuDNN at 2k / 4k against 0.99 / 1.00
+    // (dev/sm90/results/2026-11-21-h100-d128-three-consumers). The third consumer fills the
+    // tensor pipe while two run their softmax, as for d64. At 1k they tied (585 vs 589) until
+    // the m-block-fastest tile order and the bit-prefix mask (1024 = 12 x 80 + 64 masks a block
+    // per tile): 584 / 586 against 565 / 572 in two interleaved sweeps
+    // (dev/sm90/results/2026-11-22-h100-dead-blocks/sweep_d128_1k_*.log).
+    // > 4k: the sweeps read 721 / 718 at 8k / 16k against 695 / 664 for overlap n176, but in the
+    // grid (cuDNN interleaved) bf16 read 688 / 658 against 694 / 668 and fp16 638 / 582 against
+    // 665 / 602: overlap n176 stays there.
+    {128, false, 512, 128, 2, Sm90Schedule::kPersistent, 2},
     {128, false, 4096, 80, 2, Sm90Schedule::kPersistent, 3},
     {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
     {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},  // 323/441/537/597 at 512..4k
