@@ -95,9 +95,12 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     // 518-526 at 8k / 16k, dev/sm90/results/2026-11-21-h100-turns/sweep.log) and read +7% at 16k
     // in one of two H200 passes; tie at 4k.
     {64, false, kAnySeqlen, 128, 2, Sm90Schedule::kOverlapPingPong, 3},
-    // causal <= 512: BLOCK_M 128 (two consumers): 241 vs 227-234 with 192 rows (H100), where
-    // 512 = 64 + 192 + 192 leaves more of the QK^T work past the diagonal or in the empty slab.
-    {64, true, 512, 128, 2, Sm90Schedule::kPersistent, 2},
+    // causal <= 512: three consumers and three stages. 512 = 128 + 192 + 192 from row -64 leaves
+    // a block past the diagonal of the upper slabs of two tiles, which lost to BLOCK_M 128 (241
+    // vs 227-234, H100) until those slabs passed their dead blocks (sm90_dead_blocks): 253 / 253
+    // against 242 / 241 for two consumers, 246 with two stages (two interleaved sweeps,
+    // dev/sm90/results/2026-11-22-h100-dead-blocks/sweep_512_*.log).
+    {64, true, 512, 128, 3, Sm90Schedule::kPersistent, 3},
     // causal <= 1k: three consumers since the partial block goes first (095ba5f): 330 vs 322
     // with two, 335 with 24 MiB L2 sections (the same in two calls; one earlier call 338 vs
     // 325). At 2k the larger sections lose (415 vs 425), so only this row has them
@@ -121,6 +124,9 @@ constexpr Sm90TileShape kSm90TileTable[] = {
     {128, false, 512, 128, 2, Sm90Schedule::kPersistent, 2},
     {128, false, 4096, 80, 2, Sm90Schedule::kPersistent, 3},
     {128, false, kAnySeqlen, 176, 2, Sm90Schedule::kOverlapPingPong, 2},
+    // causal <= 512: 4 MiB L2 sections, 334 / 334 against 327 / 326 with 8 (the same sweeps;
+    // at 1k 4 MiB read 466 / 468 against 469 / 470).
+    {128, true, 512, 128, 2, Sm90Schedule::kPersistent, 2, 4},
     {128, true, 4096, 128, 2, Sm90Schedule::kPersistent, 2},  // 323/441/537/597 at 512..4k
     // Causal with three consumers at n80 lost 4-10% at 512-4k and tied at 8k / 16k.
     {128, true, kAnySeqlen, 160, 2, Sm90Schedule::kPersistent, 2},  // 640 / 675 at 8k / 16k
