@@ -141,8 +141,9 @@ __device__ __forceinline__ KvTileRange sm90_kv_tiles(const MaskPolicy<kCausal>& 
 // mask a tile's last blocks can lie wholly past the diagonal of its upper slabs' rows: a 192-row
 // d64 tile spans 1.5 blocks of 128 keys, so its first slab's last row is a block short of the
 // tile's (at 1k, 7 of a head's 79 consumer steps). The consumer visits them first (blocks go last
-// to first) and passes their turns without GEMMs (sm90_pass_dead_blocks). All of them: the
-// consumer sees no key at all (seqlen_q > seqlen_k leaves the first rows none).
+// to first) and passes their turns without GEMMs (sm90_pass_dead_blocks). The count is all of
+// `kv_tiles` when the consumer's rows see no key at all (seqlen_q > seqlen_k leaves the first
+// rows none); the kernel then passes the whole tile as for a consumer without rows.
 template <class Config, bool kCausal>
 __device__ __forceinline__ int sm90_dead_blocks(const MaskPolicy<kCausal>& mask,
                                                 const Sm90Tile& tile, int consumer,

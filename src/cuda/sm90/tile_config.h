@@ -377,10 +377,10 @@ struct Sm90TileConfig {
   // in three alternations (the code moved, not the work), d128 within the spread. So d256 only.
   static constexpr bool kWarpMaskStart = kHeadDim == 256;
   // Causal consumers pass the turns of the KV blocks past their own rows' diagonal without GEMMs
-  // (sm90_dead_blocks). Three consumers only: H100, A B A B against 737ee40, d64 causal 1k +3.9%
-  // (a 192-row tile's first slab is a 128-key block short of its last), 2k +0.6%; with two
-  // consumers d256 causal lost 4% at 2k-16k and d64 causal 512 (no dead block: 128-row tiles on
-  // 128-key blocks) 4%, from the code alone (dev/sm90/results/2026-11-22-h100-dead-blocks).
+  // (sm90_dead_blocks). Three consumers only: H100, A B C / C B A against 737ee40, d64 causal 1k
+  // +3.9% (a 192-row tile's first slab is a 128-key block short of its last), 2k +0.6%; with two
+  // consumers d256 causal lost 4% at 2k-16k, and d64 causal 512 (then 128-row tiles on 128-key
+  // blocks, no dead block) 4% from the code alone (dev/sm90/results/2026-11-22-h100-dead-blocks).
   static constexpr bool kSkipsDeadBlocks = kConsumers_ == 3;
 
   static constexpr int kElementBytes = 2;  // fp16 / bf16
