@@ -207,17 +207,22 @@ std::string forward_dlpack(const InputArray& q, const InputArray& k, const Input
                             workspace_bytes));
 }
 
+// device_pointers_verified: the caller took every pointer from a tensor that knows its device
+// (flashcore.torch); see AttentionArgs::device_pointers_verified.
 std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor& v,
                         const RawTensor& out, const std::optional<RawTensor>& lse,
                         std::optional<float> softmax_scale, bool causal,
                         const std::string& backend, uintptr_t stream, uintptr_t workspace,
-                        size_t workspace_bytes) {
+                        size_t workspace_bytes, bool device_pointers_verified) {
   const TensorView q_view = view_of_raw(q, "q"), k_view = view_of_raw(k, "k");
   const TensorView v_view = view_of_raw(v, "v"), out_view = view_of_raw(out, "out");
   std::optional<TensorView> lse_view;
   if (lse) lse_view = view_of_raw(*lse, "lse");
-  return run(make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
-                       stream, workspace, workspace_bytes));
+  flashcore::AttentionArgs args = make_args(q_view, k_view, v_view, out_view, lse_view,
+                                            softmax_scale, causal, backend, stream, workspace,
+                                            workspace_bytes);
+  args.device_pointers_verified = device_pointers_verified;
+  return run(args);
 }
 
 std::string select_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
@@ -259,7 +264,7 @@ NB_MODULE(_flashcore, m) {
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("workspace") = 0,
-        nb::arg("workspace_bytes") = 0,
+        nb::arg("workspace_bytes") = 0, nb::arg("device_pointers_verified") = false,
         "Like attention_forward, tensors given as (data_ptr, dtype_code, device_code, "
         "device_index, shape, strides) tuples.");
   m.def("select_backend", &select_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),

@@ -126,11 +126,15 @@ def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, bac
 
 def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
          record_on):
+    """Every pointer here is a torch tensor's, on the device that tensor reports (the library
+    checks that all of them report q's), and the workspace comes from q's allocator: so the
+    library may skip its per-pointer driver queries (AttentionArgs::device_pointers_verified,
+    ~1 us each)."""
     workspace = _workspace(q_raw, k_raw, causal, q, record_on)  # alive until the call returns
     workspace_ptr, nbytes = (0, 0) if workspace is None else (workspace.data_ptr(),
                                                               workspace.numel())
     return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw, softmax_scale,
-                                            causal, backend, stream, workspace_ptr, nbytes)
+                                            causal, backend, stream, workspace_ptr, nbytes, True)
 
 
 def _last_dim_contiguous(tensor):

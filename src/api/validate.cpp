@@ -341,7 +341,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
       fail("q is on " + device_name(q.device) + " but there is no such CUDA device");
     }
     num_sms = device.num_sms;
-    check_device_pointers(args);
+    if (!args.device_pointers_verified) check_device_pointers(args);
 #endif
   }
 
