@@ -439,6 +439,19 @@ TEST_P(GpuWorkspace, HostWorkspaceIsRejected) {
       << (error.empty() ? "host memory accepted as workspace" : error);
 }
 
+// A caller that vouches for its pointers (flashcore.torch does) skips only the per-pointer driver
+// queries: the call runs and matches, and a wrong shape is still an Error naming the argument.
+TEST_P(GpuWorkspace, VerifiedPointersSkipOnlyThePointerQueries) {
+  PendingRun run(persistent_shape(GetParam()), 11);
+  run.args.device_pointers_verified = true;
+  run.run_and_check("sm90 verified pointers");
+  AttentionArgs bad = run.args;
+  bad.out.shape[1] += 1;
+  const std::string error = forward_error(bad);
+  EXPECT_NE(error.find("out"), std::string::npos)
+      << (error.empty() ? "a wrong out shape accepted" : error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuWorkspace,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
