@@ -16,6 +16,7 @@ Shape: decode, batch 1, seqlen_q 1, 32 query heads, 8 KV heads, head_dim 128, bf
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,9 @@ import contextlib
 import flashcore
 import flashcore.torch as fct
 from flashcore import _flashcore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import compare_runner  # noqa: E402  (bench/ is not a package)
 
 ITERS = 2000
 DRAIN_EVERY = 200
@@ -47,14 +51,7 @@ def host_us(fn, iters=ITERS):
 
 def event_us(fn, runs=200):
     """compare.py's measure: each call between its own CUDA events, median in microseconds."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    stops = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for start, stop in zip(starts, stops):
-        start.record()
-        fn()
-        stop.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in zip(starts, stops))
+    return statistics.median(compare_runner._gpu_runs_ms(fn, runs)) * 1e3
 
 
 def main():
