@@ -4,19 +4,21 @@
 #pragma once
 
 #include "common/params.h"
+#include "cuda/common/accumulator_layout.h"
 
 namespace flashcore::detail {
 
 FC_HOST_DEVICE int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // How many of a thread's columns of a row lie before the row's limit, `until_limit` columns past
-// the thread's first column, in the wgmma accumulator layout: in each 8-column chunk a thread
-// holds columns 0 and 1 (relative to its first), so its j-th column is 8 (j / 2) + j % 2 and the
-// visible ones are a prefix. Right for any sign (the shift rounds down, & 7 is the remainder in
-// [0, 8)); not clamped to the thread's column count.
+// the thread's first column, in the wgmma accumulator layout (accumulator_layout.h): in each
+// 8-column chunk a thread holds a pair of adjacent columns, so its j-th column is 8 (j / 2) +
+// j % 2 past its first and the visible ones are a prefix. Right for any sign (the shift rounds
+// down, the mask leaves the remainder in [0, 8)); not clamped to the thread's column count.
 FC_HOST_DEVICE int thread_columns_before(int until_limit) {
-  const int rest = until_limit & 7;
-  const int columns = 2 * (until_limit >> 3) + (rest < 2 ? rest : 2);
+  const int rest = until_limit & (kAccChunkColumns - 1);
+  const int columns = kAccPairColumns * (until_limit >> kAccChunkShift) +
+                      (rest < kAccPairColumns ? rest : kAccPairColumns);
   return columns > 0 ? columns : 0;
 }
 

@@ -14,6 +14,7 @@
 //     a[0] = (row g, k 2t..2t+1)   a[1] = (row g+8, k 2t..2t+1)
 //     a[2] = (row g, k 2t+8..+9)   a[3] = (row g+8, k 2t+8..+9)
 // so D columns 16k..16k+15 (d[8k..8k+7]) packed in pairs are exactly the A registers for K-step k.
+// cuda/common/accumulator_layout.h names this layout for the code that indexes it.
 #pragma once
 
 #include <cstdint>

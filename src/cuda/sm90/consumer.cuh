@@ -10,6 +10,7 @@
 //   epilogue
 #pragma once
 
+#include "cuda/common/accumulator_layout.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/ptx/mbarrier.cuh"
@@ -75,7 +76,7 @@ struct Sm90ThreadRows {
     const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
     col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
     col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));
-    lane_col = 2 * (lane % 4);
+    lane_col = kAccPairColumns * (lane % kAccLanesPerRow);
   }
 };
 

@@ -29,6 +29,7 @@
 #include <cuda.h>
 
 #include "common/params.h"
+#include "cuda/common/accumulator_layout.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/ptx/grid_dependency.cuh"
@@ -110,11 +111,11 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
     element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
                              params.o_offset(tile.batch, position, head_q);
 #pragma unroll
-    for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
-      const int col = 8 * chunk + 2 * (lane % 4);
+    for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
+      const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
       if (col < params.head_dim) {  // a padded 96: both columns or neither
         *reinterpret_cast<uint32_t*>(out + col) =
-            pack_pair<kDType>(o[4 * chunk + 2 * r], o[4 * chunk + 2 * r + 1]);
+            pack_pair<kDType>(o[acc_reg(chunk, r, 0)], o[acc_reg(chunk, r, 1)]);
       }
     }
     if (params.lse != nullptr && lane % 4 == 0) {

@@ -13,6 +13,7 @@
 #include <cuda.h>
 
 #include "common/params.h"
+#include "cuda/common/accumulator_layout.h"
 #include "cuda/common/numeric.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -44,11 +45,11 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
     if (lane % 4 == 0) kv_split.lse_partial[index] = lse[r];
     float* o_row = kv_split.o_partial + index * params.head_dim;
 #pragma unroll
-    for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
-      const int col = 8 * chunk + 2 * (lane % 4);
+    for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
+      const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
       if (col < params.head_dim) {  // head_dim is a multiple of 8: both columns or neither
-        o_row[col] = o[4 * chunk + 2 * r];
-        o_row[col + 1] = o[4 * chunk + 2 * r + 1];
+        o_row[col] = o[acc_reg(chunk, r, 0)];
+        o_row[col + 1] = o[acc_reg(chunk, r, 1)];
       }
     }
   });
@@ -100,13 +101,13 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
   }
 #pragma unroll
-  for (int chunk = 0; chunk < kOAccRegs / 4; ++chunk) {
-    const int col = 8 * chunk + 2 * (lane % 4);
+  for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
+    const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const uint32_t offset = swizzled_offset<Config::kRowsPerConsumer>(row0 + 8 * r, col);
       *reinterpret_cast<uint32_t*>(o_staging + offset) =
-          pack_pair<kDType>(o[4 * chunk + 2 * r], o[4 * chunk + 2 * r + 1]);
+          pack_pair<kDType>(o[acc_reg(chunk, r, 0)], o[acc_reg(chunk, r, 1)]);
     }
   }
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/accumulator_layout.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
 
@@ -38,20 +39,23 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <int kAccRegs>
 __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col, int limit_r0,
                                              int limit_r1) {
-  constexpr int kColumnsPerRow = kAccRegs / 2;
+  constexpr int kColumnsPerRow = kAccRegs / 2;  // half the registers hold each of the two rows
+  constexpr int kWordBits = 32;
   const int limits[2] = {limit_r0, limit_r1};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int visible = thread_columns_before(limits[r] - first_col);
 #pragma unroll
-    for (int word = 0; word * 32 < kColumnsPerRow; ++word) {
-      const int in_word = max(visible - 32 * word, 0);
+    for (int word = 0; word * kWordBits < kColumnsPerRow; ++word) {
+      const int in_word = max(visible - kWordBits * word, 0);
       // The low min(in_word, 32) bits set: the funnel shift clamps its count at 32.
       const uint32_t visible_bits = __funnelshift_lc(0xffffffffu, 0u, in_word);
 #pragma unroll
-      for (int bit = 0; bit < 32 && 32 * word + bit < kColumnsPerRow; ++bit) {
-        const int j = 32 * word + bit;
-        if (!(visible_bits & (1u << bit))) s[4 * (j / 2) + 2 * r + j % 2] = kNegInfinity;
+      for (int bit = 0; bit < kWordBits && kWordBits * word + bit < kColumnsPerRow; ++bit) {
+        const int j = kWordBits * word + bit;  // the thread's j-th column of the row
+        if (!(visible_bits & (1u << bit))) {
+          s[acc_reg(j / kAccPairColumns, r, j % kAccPairColumns)] = kNegInfinity;
+        }
       }
     }
   }
