@@ -4,8 +4,8 @@
 # processes (A B A B), then times CANDIDATES (check_sm90 --variants) interleaved in one process.
 # Logs under $OUT; summary by dev/sm90/summarize_ab.py. Needs .sm90bin/check_sm90 and
 # .sm90bin/check_sm90_old built here and carried. Used for the continuous ping-pong rotation and
-# the H100 table retune (default CANDIDATES; results/2026-11-21-h100-turns) and the L2 prefetch
-# (results/2026-11-21-h100-prefetch).
+# the H100 table retune (default CANDIDATES) and the L2 prefetch (docs/kernels.md, runs 14-15).
+# For a one-off sweep of other tiles, name them in CANDIDATES (check_sm90 --list prints them).
 set -uo pipefail
 bin=.sm90bin/check_sm90
 old=.sm90bin/check_sm90_old

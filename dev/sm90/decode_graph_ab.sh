@@ -5,7 +5,7 @@
 #
 #   git archive <base> CMakeLists.txt cmake include src python bench tests examples \
 #       pyproject.toml | tar -x -C build-old-src         # here, then carry build-old-src
-#   OUT=... [VARIANT_DEFINES="-DFLASHCORE_SM90_MAX_KV_SPLITS=8"] bash dev/sm90/decode_graph_ab.sh
+#   OUT=... [VARIANT_DEFINES="-DFLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT=2"] bash dev/sm90/decode_graph_ab.sh
 #
 # Logs, JSON and the summaries (summarize_graph_timing.py) go to $OUT/g.
 set -u
