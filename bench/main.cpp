@@ -149,7 +149,10 @@ int main(int argc, char** argv) {
     }
     return run(options);
   } catch (const fb::UsageError& error) {
-    std::cerr << "flashcore-bench: error: " << error.what() << "\n\n" << fb::usage_text();
+    // The error and where to look, not the whole usage text: the one line that matters stays
+    // on screen.
+    std::cerr << "flashcore-bench: error: " << error.what() << "\n"
+              << "run flashcore-bench --help for usage\n";
     return kExitUsage;
   } catch (const std::exception& error) {
     std::cerr << "flashcore-bench: error: " << error.what() << "\n";

@@ -3,12 +3,21 @@ set(expect_exit ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
 
 # Runs flashcore-bench with ARGS and checks the exit code and a pattern in stdout + stderr.
 # Arguments travel to the script joined by "|" (a ";" list does not survive add_test intact).
+# Options (keywords, never flashcore-bench flags, which all start with "--"):
+#   FORBID regex   the output must not match it (e.g. the usage text after an error)
+#   ENV var=value  environment of the run (CUDA_VISIBLE_DEVICES=-1 hides every GPU)
+#   STDOUT_JSON    stdout alone must parse as JSON
 function(flashcore_bench_test name expected_exit pattern)
-  string(REPLACE ";" "|" joined_args "${ARGN}")
+  cmake_parse_arguments(PARSE_ARGV 3 opt "STDOUT_JSON" "FORBID;ENV" "")
+  string(REPLACE ";" "|" joined_args "${opt_UNPARSED_ARGUMENTS}")
   add_test(NAME ${name} COMMAND ${CMAKE_COMMAND}
            -DCOMMAND=$<TARGET_FILE:flashcore-bench> "-DARGS=${joined_args}"
-           -DEXPECTED_EXIT=${expected_exit} "-DPATTERN=${pattern}" -P ${expect_exit})
+           -DEXPECTED_EXIT=${expected_exit} "-DPATTERN=${pattern}" "-DFORBID=${opt_FORBID}"
+           -DSTDOUT_JSON=${opt_STDOUT_JSON} -P ${expect_exit})
   set_tests_properties(${name} PROPERTIES LABELS cpu)
+  if(opt_ENV)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${opt_ENV}")
+  endif()
 endfunction()
 
 # The no-flag default passes (the README's main job).
@@ -20,6 +29,10 @@ flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --back
 flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16 or fp32, got 'int8'"
                      --dtype int8)
 flashcore_bench_test(bench_unknown_flag 2 "unknown flag '--frobnicate'" --frobnicate)
+# An error prints itself and a pointer to --help, not the whole usage text.
+flashcore_bench_test(bench_error_is_short 2
+                     "error: unknown flag '--frobnicate'.run flashcore-bench --help for usage"
+                     --frobnicate FORBID "usage: flashcore-bench")
 flashcore_bench_test(bench_missing_value 2 "--seqlen needs a value" --seqlen)
 flashcore_bench_test(bench_zero_batch 2 "--batch expects an integer in \\[1," --batch 0)
 flashcore_bench_test(bench_grid_with_shape 2 "--grid standard defines its own shapes"
