@@ -38,6 +38,14 @@ flashcore_bench_test(bench_zero_batch 2 "--batch expects an integer in \\[1," --
 flashcore_bench_test(bench_grid_with_shape 2 "--grid standard defines its own shapes"
                      --grid standard --seqlen 128)
 flashcore_bench_test(bench_standard_on_cpu 2 "sized for GPUs" --grid standard --backend cpu)
+# --dtype picks the default config's dtype (it used to filter an fp16-only grid down to zero
+# configs, and zero configs "passed"). No GPU visible, so auto runs the cpu backend, which takes
+# fp32; on a GPU, auto would refuse fp32.
+flashcore_bench_test(bench_default_fp32 0 "2 config\\(s\\) x 2 backend\\(s\\).*fp32.*all results pass"
+                     --dtype fp32 ENV CUDA_VISIBLE_DEVICES=-1)
+# A filter that leaves no config of a grid is a usage error, never a pass.
+flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of the 20 configs"
+                     --grid small --dtype fp32)
 # A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
 flashcore_bench_test(bench_single_cpu 0 "all results pass"
                      --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
