@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 
 namespace flashcore::bench {
 namespace {
@@ -30,10 +31,37 @@ bool is_known_grid(const std::string& name) {
   return name == "default" || name == "small" || name == "standard";
 }
 
+// A value that --seqlen or --heads sets for two fields, each of which its own flag overrides in
+// whatever order the flags come (--heads-kv 2 --heads 8 is hq 8, hkv 2, as is the reverse).
+struct PairedDimension {
+  std::optional<int> both;            // --seqlen / --heads
+  std::optional<int> first, second;  // --seqlen-q / --heads-q, --seqlen-k / --heads-kv
+
+  // Fields given by no flag keep their defaults, except that with `second_follows_first` an
+  // unset second takes the first's value.
+  void resolve(int& first_field, int& second_field, bool second_follows_first) const {
+    first_field = first.value_or(both.value_or(first_field));
+    const int second_default = second_follows_first ? first_field : second_field;
+    second_field = second.value_or(both.value_or(second_default));
+  }
+};
+
+// GQA/MQA: each key/value head serves heads_q / heads_kv query heads, so the division must be
+// exact. Checked here to name the flags; the library would only report it at run time.
+void check_heads(const BenchOptions& options) {
+  if (options.heads_q % options.heads_kv != 0) {
+    throw UsageError("--heads-q " + std::to_string(options.heads_q) +
+                     " is not a multiple of --heads-kv " + std::to_string(options.heads_kv) +
+                     ": each key/value head serves heads-q / heads-kv query heads (GQA/MQA); "
+                     "--heads N sets both");
+  }
+}
+
 }  // namespace
 
 BenchOptions parse_options(const std::vector<std::string>& args) {
   BenchOptions options;
+  PairedDimension seqlens, heads;
   using Handler = std::function<void(const std::string&)>;
   auto dimension = [&](int* field) {
     return [&options, field](const std::string& value) {
@@ -41,25 +69,23 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       *field = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
     };
   };
+  auto paired = [&](std::optional<int>* slot) {
+    return [&options, slot](const std::string& value) {
+      options.shape_given = true;
+      *slot = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
+    };
+  };
   // Flags that take a value; their handlers throw UsageError with an empty flag name that is
   // filled in below, so each message names the flag exactly as typed.
   const std::map<std::string, Handler> valued = {
       {"--batch", dimension(&options.batch)},
-      {"--seqlen-q", dimension(&options.seqlen_q)},
-      {"--seqlen-k", dimension(&options.seqlen_k)},
-      {"--heads-q", dimension(&options.heads_q)},
-      {"--heads-kv", dimension(&options.heads_kv)},
+      {"--seqlen-q", paired(&seqlens.first)},
+      {"--seqlen-k", paired(&seqlens.second)},
+      {"--seqlen", paired(&seqlens.both)},
+      {"--heads-q", paired(&heads.first)},
+      {"--heads-kv", paired(&heads.second)},
+      {"--heads", paired(&heads.both)},
       {"--head-dim", dimension(&options.head_dim)},
-      {"--seqlen",
-       [&](const std::string& v) {
-         dimension(&options.seqlen_q)(v);
-         options.seqlen_k = options.seqlen_q;
-       }},
-      {"--heads",
-       [&](const std::string& v) {
-         dimension(&options.heads_q)(v);
-         options.heads_kv = options.heads_q;
-       }},
       {"--dtype",
        [&](const std::string& v) {
          try {
@@ -144,6 +170,11 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
                      " defines its own shapes: drop --batch/--seqlen*/--heads*/--head-dim "
                      "(--dtype and --causal filter a grid)");
   }
+  // --seqlen-q 1 alone is decode against the default 512 keys; --heads-q 32 alone is 32 heads of
+  // plain attention (MHA), not a GQA ratio against the default 4 key/value heads.
+  seqlens.resolve(options.seqlen_q, options.seqlen_k, /*second_follows_first=*/false);
+  heads.resolve(options.heads_q, options.heads_kv, /*second_follows_first=*/true);
+  check_heads(options);
   return options;
 }
 
@@ -161,7 +192,7 @@ one config (any of these selects single-config mode):
   --seqlen-k N         key/value length
   --heads N            sets --heads-q and --heads-kv (4)
   --heads-q N          query heads
-  --heads-kv N         key/value heads (heads-q must be a multiple: GQA/MQA)
+  --heads-kv N         key/value heads (heads-q; heads-q must be a multiple: GQA/MQA)
   --head-dim N         head dimension (64)
   --dtype T            fp16 | bf16 | fp32 (fp16); on a grid: keep only this dtype
   --causal             bottom-right causal mask; on a grid: keep only causal configs

@@ -46,6 +46,16 @@ flashcore_bench_test(bench_default_fp32 0 "2 config\\(s\\) x 2 backend\\(s\\).*f
 # A filter that leaves no config of a grid is a usage error, never a pass.
 flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of the 20 configs"
                      --grid small --dtype fp32)
+# heads_q must be a multiple of heads_kv: a usage error naming both, before any run.
+flashcore_bench_test(bench_heads_not_multiple 2 "--heads-q 7 is not a multiple of --heads-kv 3"
+                     --heads 7 --heads-kv 3 FORBID "config +\\|")
+# --heads and --seqlen set both fields, and the specific flags win in either order.
+flashcore_bench_test(bench_paired_flags_any_order 0 "b1 sq33 sk70 hq4 hkv2 d32 fp16 +\\| cpu.*all results pass"
+                     --backend cpu --seqlen-k 70 --seqlen 33 --heads-kv 2 --heads 4 --head-dim 32
+                     --iters 1)
+# --heads-q alone is plain attention (hkv = hq), not a ratio against the default 4 kv heads.
+flashcore_bench_test(bench_heads_q_alone 0 "b1 sq16 sk16 hq6 hkv6 d32 fp16 +\\| cpu.*all results pass"
+                     --backend cpu --heads-q 6 --seqlen 16 --head-dim 32 --iters 1)
 # A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
 flashcore_bench_test(bench_single_cpu 0 "all results pass"
                      --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
