@@ -6,25 +6,33 @@
 #include <map>
 #include <optional>
 
+#include "api/validate.h"
+
 namespace flashcore::bench {
 namespace {
 
-// Parses a whole decimal integer in [min_value, max_value]; the flag name goes into the error.
+// Parses a whole decimal integer in [min_value, max_value]; the flag name goes into the error,
+// and `why` (the reason for the bounds, if any) after it.
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min_value,
-                      int64_t max_value) {
+                      int64_t max_value, const std::string& why = "") {
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || value < min_value ||
       value > max_value) {
     throw UsageError(flag + " expects an integer in [" + std::to_string(min_value) + ", " +
-                     std::to_string(max_value) + "], got '" + text + "'");
+                     std::to_string(max_value) + "], got '" + text + "'" + why);
   }
   return value;
 }
 
 // Sizes beyond this would overflow the int fields of the API long before any GPU runs them.
 constexpr int64_t kMaxDimension = 1 << 30;
+
+// The largest head_dim of any FlashCore kernel (the library's own bound, api/validate.h). The
+// cpu and reference backends would take more, but they stand in for and check the kernels:
+// beyond it there is nothing to measure, and the float64 check grows with head_dim.
+constexpr int64_t kMaxHeadDim = detail::kMaxCudaHeadDim;
 constexpr int64_t kMaxIterations = 1000000;
 
 bool is_known_grid(const std::string& name) {
@@ -85,7 +93,14 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       {"--heads-q", paired(&heads.first)},
       {"--heads-kv", paired(&heads.second)},
       {"--heads", paired(&heads.both)},
-      {"--head-dim", dimension(&options.head_dim)},
+      {"--head-dim",
+       [&](const std::string& v) {
+         options.shape_given = true;
+         options.head_dim = static_cast<int>(parse_integer(
+             "", v, 1, kMaxHeadDim,
+             ": " + std::to_string(kMaxHeadDim) +
+                 " is the largest head_dim of FlashCore's kernels"));
+       }},
       {"--dtype",
        [&](const std::string& v) {
          try {

@@ -25,6 +25,10 @@ flashcore_bench_test(bench_default 0 "all results pass")
 flashcore_bench_test(bench_help 0 "usage: flashcore-bench" --help)
 # Bad flags: exit 2 with a message naming the flag and the value.
 flashcore_bench_test(bench_bad_head_dim 2 "--head-dim expects an integer.*got 'abc'" --head-dim abc)
+# head_dim is bounded by the kernels' largest (it used to accept 100000 and run for minutes).
+flashcore_bench_test(bench_head_dim_too_large 2
+                     "--head-dim expects an integer in \\[1, 256\\], got '100000': 256 is"
+                     --head-dim 100000)
 flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --backend nope)
 flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16 or fp32, got 'int8'"
                      --dtype int8)
@@ -41,7 +45,8 @@ flashcore_bench_test(bench_standard_on_cpu 2 "sized for GPUs" --grid standard --
 # --dtype picks the default config's dtype (it used to filter an fp16-only grid down to zero
 # configs, and zero configs "passed"). No GPU visible, so auto runs the cpu backend, which takes
 # fp32; on a GPU, auto would refuse fp32.
-flashcore_bench_test(bench_default_fp32 0 "2 config\\(s\\) x 2 backend\\(s\\).*fp32.*all results pass"
+flashcore_bench_test(bench_default_fp32 0
+                     "2 config\\(s\\) x 2 backend\\(s\\).*fp32.*all results pass"
                      --dtype fp32 ENV CUDA_VISIBLE_DEVICES=-1)
 # A filter that leaves no config of a grid is a usage error, never a pass.
 flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of the 20 configs"
@@ -50,11 +55,13 @@ flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of th
 flashcore_bench_test(bench_heads_not_multiple 2 "--heads-q 7 is not a multiple of --heads-kv 3"
                      --heads 7 --heads-kv 3 FORBID "config +\\|")
 # --heads and --seqlen set both fields, and the specific flags win in either order.
-flashcore_bench_test(bench_paired_flags_any_order 0 "b1 sq33 sk70 hq4 hkv2 d32 fp16 +\\| cpu.*all results pass"
+flashcore_bench_test(bench_paired_flags_any_order 0
+                     "b1 sq33 sk70 hq4 hkv2 d32 fp16 +\\| cpu.*all results pass"
                      --backend cpu --seqlen-k 70 --seqlen 33 --heads-kv 2 --heads 4 --head-dim 32
                      --iters 1)
 # --heads-q alone is plain attention (hkv = hq), not a ratio against the default 4 kv heads.
-flashcore_bench_test(bench_heads_q_alone 0 "b1 sq16 sk16 hq6 hkv6 d32 fp16 +\\| cpu.*all results pass"
+flashcore_bench_test(bench_heads_q_alone 0
+                     "b1 sq16 sk16 hq6 hkv6 d32 fp16 +\\| cpu.*all results pass"
                      --backend cpu --heads-q 6 --seqlen 16 --head-dim 32 --iters 1)
 # A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
 flashcore_bench_test(bench_single_cpu 0 "all results pass"
