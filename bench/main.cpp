@@ -1,5 +1,6 @@
 // flashcore-bench: times FlashCore attention and checks every result against the float64
-// reference. Flags: options.cpp (--help); shapes: grids.cpp; one run: runner.cpp.
+// reference. Flags: options.cpp (--help); shapes: grids.cpp; checks before any run: plan.cpp;
+// one run: runner.cpp.
 #include <algorithm>
 #include <iostream>
 #include <random>
@@ -9,6 +10,7 @@
 #include "gpu.h"
 #include "grids.h"
 #include "options.h"
+#include "plan.h"
 #include "report.h"
 #include "runner.h"
 
@@ -37,24 +39,6 @@ constexpr int kStandardGridCheckRows = 16;
 
 bool runs_on_host(Backend backend) { return !fb::runs_on_gpu(backend); }
 
-std::vector<Backend> requested_backends(const fb::BenchOptions& options, bool no_shape_flags) {
-  if (options.backend == "all") {
-    std::vector<Backend> backends;
-    for (const Backend b : {Backend::kSM90, Backend::kSM80, Backend::kCPU, Backend::kReference}) {
-      if (flashcore::backend_available(b)) {
-        backends.push_back(b);
-      }
-    }
-    return backends;
-  }
-  const Backend backend = flashcore::parse_backend(options.backend);
-  // The no-flag default also runs the reference backend, so a first run exercises both paths.
-  if (no_shape_flags && options.grid.empty() && backend == Backend::kAuto) {
-    return {Backend::kAuto, Backend::kReference};
-  }
-  return {backend};
-}
-
 fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, uint64_t seed) {
   IterationDefaults defaults = kGpuDefaults;
   if (backend == Backend::kReference) {
@@ -71,35 +55,10 @@ fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, u
   return settings;
 }
 
-// The standard grid is 7e10 to 2e12 FLOPs per config: hours on the CPU backends. An explicit
-// CPU backend is refused (exit 2); with --backend all they are dropped with a note.
-void fit_backends_to_grid(const fb::BenchOptions& options, std::vector<Backend>& backends) {
-  if (options.grid != "standard") {
-    return;
-  }
-  if (options.backend != "all") {
-    if (runs_on_host(backends.front())) {
-      throw fb::UsageError(
-          "--grid standard is sized for GPUs (7e10 to 2e12 FLOPs per config) and backend " +
-          std::string(flashcore::to_string(backends.front())) +
-          " runs on the CPU here (hours); use --grid small or a single config instead");
-    }
-    return;
-  }
-  const auto host_end = std::remove_if(backends.begin(), backends.end(), runs_on_host);
-  if (host_end != backends.end()) {
-    std::cerr << "note: --grid standard skips the CPU backends (cpu, reference): too slow\n";
-    backends.erase(host_end, backends.end());
-  }
-  if (backends.empty()) {
-    throw fb::UsageError("--grid standard needs a GPU backend, and none is available here");
-  }
-}
-
 int run(const fb::BenchOptions& options) {
-  std::vector<Backend> backends = requested_backends(options, !options.shape_given);
-  fit_backends_to_grid(options, backends);
-  const std::vector<fb::ProblemShape> shapes = fb::shapes_from_options(options);
+  const fb::BenchPlan plan = fb::make_plan(options);  // every usage error before any run
+  const std::vector<fb::ProblemShape>& shapes = plan.shapes;
+  const std::vector<Backend>& backends = plan.backends;
   const uint64_t seed = options.seed.value_or(std::random_device{}());
   const bool show_progress = !options.grid.empty();
 

@@ -63,6 +63,19 @@ flashcore_bench_test(bench_paired_flags_any_order 0
 flashcore_bench_test(bench_heads_q_alone 0
                      "b1 sq16 sk16 hq6 hkv6 d32 fp16 +\\| cpu.*all results pass"
                      --backend cpu --heads-q 6 --seqlen 16 --head-dim 32 --iters 1)
+# An explicit GPU backend without a GPU is a usage error that says so, not the first CUDA call's
+# error in an ERROR row. CUDA_VISIBLE_DEVICES=-1 hides every GPU, so this holds on any machine
+# and any build (without CUDA the reason is the build itself).
+foreach(gpu_backend sm80 sm90)
+  flashcore_bench_test(bench_no_gpu_${gpu_backend} 2
+                       "--backend ${gpu_backend}: no CUDA device: use --backend cpu or reference"
+                       --backend ${gpu_backend} --seqlen 64
+                       ENV CUDA_VISIBLE_DEVICES=-1 FORBID "config +\\|")
+endforeach()
+# A config larger than the machine's memory is refused before it runs (512 TB of inputs).
+flashcore_bench_test(bench_too_large_for_memory 2
+                     "b1000000 sq1000000 .* needs .* GiB of host memory.*lower --batch"
+                     --backend cpu --batch 1000000 --seqlen 1000000 FORBID "config +\\|")
 # A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
 flashcore_bench_test(bench_single_cpu 0 "all results pass"
                      --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
