@@ -3,6 +3,7 @@
 // one run: runner.cpp.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,47 +56,55 @@ fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, u
   return settings;
 }
 
+void print_header(const fb::BenchPlan& plan, uint64_t seed, std::ostream& os) {
+  os << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
+     << "), seed " << seed << ", " << plan.shapes.size() << " config(s) x "
+     << plan.backends.size() << " backend(s)\n";
+  if (fb::gpu_present()) {
+    os << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
+       << " MiB; inputs smaller than " << fb::kColdCacheL2Multiple
+       << "x L2 are rotated between timed runs)\n";
+  }
+  os << fb::host_device_name() << "\n\n";
+}
+
 int run(const fb::BenchOptions& options) {
   const fb::BenchPlan plan = fb::make_plan(options);  // every usage error before any run
-  const std::vector<fb::ProblemShape>& shapes = plan.shapes;
-  const std::vector<Backend>& backends = plan.backends;
+  std::optional<fb::JsonDestination> json;
+  if (!options.json_path.empty()) {
+    json.emplace(options.json_path);  // opened now: a bad path is a usage error, not news later
+  }
+  // With --json - standard output carries the JSON alone; the table goes to stderr.
+  std::ostream& human = json && json->is_stdout() ? std::cerr : std::cout;
   const uint64_t seed = options.seed.value_or(std::random_device{}());
   const bool show_progress = !options.grid.empty();
-
-  std::cout << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
-            << "), seed " << seed << ", " << shapes.size() << " config(s) x " << backends.size()
-            << " backend(s)\n";
-  if (fb::gpu_present()) {
-    std::cout << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
-              << " MiB; inputs smaller than " << fb::kColdCacheL2Multiple
-              << "x L2 are rotated between timed runs)\n";
-  }
-  std::cout << fb::host_device_name() << "\n\n";
+  print_header(plan, seed, human);
 
   std::vector<fb::BenchRecord> records;
-  const size_t total = shapes.size() * backends.size();
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    for (const Backend backend : backends) {
+  const size_t total = plan.shapes.size() * plan.backends.size();
+  for (size_t i = 0; i < plan.shapes.size(); ++i) {
+    for (const Backend backend : plan.backends) {
       // One seed per config, the same for every backend: side by side on the same inputs.
       records.push_back(
-          fb::run_benchmark(shapes[i], backend, settings_for(backend, options, seed + i)));
+          fb::run_benchmark(plan.shapes[i], backend, settings_for(backend, options, seed + i)));
       if (show_progress) {
         fb::print_progress(records.back(), records.size() - 1, total, std::cerr);
       }
     }
   }
 
-  fb::print_table(records, std::cout);
-  if (!options.json_path.empty()) {
-    fb::write_json(records, options.json_path);
-    std::cout << "wrote " << options.json_path << "\n";
+  fb::print_table(records, human);
+  if (json) {
+    fb::write_json(records, *json);
+    human << "wrote " << (json->is_stdout() ? "the JSON to standard output" : json->path())
+          << "\n";
   }
   // Nothing run is nothing checked: an empty run never passes (shapes_from_options refuses
   // one already; this keeps the exit code honest should another path ever produce one).
   const bool all_pass =
       !records.empty() && std::all_of(records.begin(), records.end(),
                                       [](const fb::BenchRecord& r) { return r.pass; });
-  std::cout << (all_pass ? "all results pass\n" : "SOME RESULTS FAILED\n");
+  human << (all_pass ? "all results pass\n" : "SOME RESULTS FAILED\n");
   return all_pass ? kExitPass : kExitFailure;
 }
 

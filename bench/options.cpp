@@ -139,7 +139,13 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
          }
          options.grid = v;
        }},
-      {"--json", [&](const std::string& v) { options.json_path = v; }},
+      {"--json",
+       [&](const std::string& v) {
+         if (v.empty()) {
+           throw UsageError(" needs a file name, or - for standard output");
+         }
+         options.json_path = v;
+       }},
       {"--seed",
        [&](const std::string& v) {
          options.seed = static_cast<uint64_t>(parse_integer("", v, 0, INT64_MAX));
@@ -226,7 +232,8 @@ run:
   --check-rows N       query rows per (batch, head) checked against the float64 reference
                        (64; 16 on --grid standard, where the host-side check dominates)
   --seed N             input seed (default: fresh each run, printed for reproduction)
-  --json FILE          also write every result as a JSON array
+  --json FILE          also write every result as a JSON array to FILE (opened before the
+                       run); --json - writes it to standard output and the table to stderr
   --help               this text
 
 exit code: 0 all results pass, 1 an accuracy failure or runtime error, 2 bad flags.

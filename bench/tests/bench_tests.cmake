@@ -81,6 +81,17 @@ flashcore_bench_test(bench_single_cpu 0 "all results pass"
                      --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
                      --head-dim 32 --causal --dtype bf16 --iters 2)
 
+# An unwritable --json path is a usage error before any run, naming the path and the OS error.
+flashcore_bench_test(bench_json_unwritable 2
+                     "--json .*/no-such-dir/out.json: cannot open for writing: No such file"
+                     --backend cpu --seqlen 64 --iters 1
+                     --json ${CMAKE_CURRENT_BINARY_DIR}/no-such-dir/out.json FORBID "config +\\|")
+flashcore_bench_test(bench_json_empty_path 2 "--json needs a file name, or - for standard output"
+                     --json=)
+# --json - is standard output, which then holds the JSON alone (the table goes to stderr).
+flashcore_bench_test(bench_json_stdout 0 "all results pass"
+                     --backend cpu --seqlen 64 --heads 2 --head-dim 32 --iters 1 --json -
+                     STDOUT_JSON)
 # --json writes records that parse back and hold what the docs promise.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
