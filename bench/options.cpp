@@ -209,14 +209,18 @@ fp16, causal and non-causal) on the best backend present, plus the reference bac
 one config (any of these selects single-config mode):
   --batch N            batch size (1)
   --seqlen N           sets --seqlen-q and --seqlen-k (512)
-  --seqlen-q N         query length
-  --seqlen-k N         key/value length
+  --seqlen-q N         query length; wins over --seqlen in any order
+  --seqlen-k N         key/value length; wins over --seqlen in any order
   --heads N            sets --heads-q and --heads-kv (4)
-  --heads-q N          query heads
-  --heads-kv N         key/value heads (heads-q; heads-q must be a multiple: GQA/MQA)
-  --head-dim N         head dimension (64)
-  --dtype T            fp16 | bf16 | fp32 (fp16); on a grid: keep only this dtype
-  --causal             bottom-right causal mask; on a grid: keep only causal configs
+  --heads-q N          query heads; wins over --heads in any order
+  --heads-kv N         key/value heads (default: heads-q); heads-q must be a multiple (GQA/MQA)
+  --head-dim N         head dimension, 1..256 (64); GPU backends: the head dims they have
+                       kernels for (64, 96, 128, 256 in a full build)
+  --dtype T            fp16 | bf16 | fp32 (fp16); GPU backends take fp16 and bf16 only.
+                       Without other flags: the default config in this dtype; on a grid: keep
+                       only this dtype
+  --causal             bottom-right causal mask; without other flags or on a grid: keep only
+                       the causal configs
 
 grids (instead of one config):
   --grid NAME          default: the no-flag default
@@ -226,7 +230,8 @@ grids (instead of one config):
                          original FlashCore config and GQA prefill. GPU backends only.
 
 run:
-  --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend) (auto)
+  --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend that
+                       can run the configs) (auto). sm80 and sm90 need a CUDA device.
   --iters N            timed runs (GPU 30, cpu 5, reference 1); the median is reported
   --warmup N           untimed runs after the checked first run (GPU 10, cpu 1, reference 0)
   --check-rows N       query rows per (batch, head) checked against the float64 reference
@@ -236,7 +241,19 @@ run:
                        run); --json - writes it to standard output and the table to stderr
   --help               this text
 
-exit code: 0 all results pass, 1 an accuracy failure or runtime error, 2 bad flags.
+Flags are checked before anything runs: shapes, dtypes and head dims the chosen backends
+cannot run, a missing GPU, a config larger than memory and an unwritable --json FILE are
+usage errors.
+
+examples:
+  flashcore-bench                                # the default config, best backend + reference
+  flashcore-bench --seqlen 4096 --head-dim 128 --causal --backend cpu          # one config
+  flashcore-bench --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 8192      # a GQA decode step
+  flashcore-bench --grid standard --json results.json      # the BENCHMARKS.md grid (GPU only)
+  flashcore-bench --grid small --json - > small.json       # JSON on stdout, the table on stderr
+
+exit code: 0 all results pass; 1 a failed check (an accuracy failure or a run that raised an
+error); 2 a usage error (bad flags or values; nothing was run).
 )";
 }
 

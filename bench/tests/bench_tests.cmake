@@ -22,7 +22,11 @@ endfunction()
 
 # The no-flag default passes (the README's main job).
 flashcore_bench_test(bench_default 0 "all results pass")
-flashcore_bench_test(bench_help 0 "usage: flashcore-bench" --help)
+# --help: usage, examples (default, one config, the standard grid with --json, --json -) and
+# the exit codes.
+string(CONCAT help_pattern "usage: flashcore-bench.*examples:.*--grid standard --json .*"
+       "--json - .*exit code: 0 all results pass; 1 a failed check.*2 a usage error")
+flashcore_bench_test(bench_help 0 "${help_pattern}" --help)
 # Bad flags: exit 2 with a message naming the flag and the value.
 flashcore_bench_test(bench_bad_head_dim 2 "--head-dim expects an integer.*got 'abc'" --head-dim abc)
 # head_dim is bounded by the kernels' largest (it used to accept 100000 and run for minutes).
