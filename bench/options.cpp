@@ -33,6 +33,7 @@ constexpr int64_t kMaxDimension = 1 << 30;
 // cpu and reference backends would take more, but they stand in for and check the kernels:
 // beyond it there is nothing to measure, and the float64 check grows with head_dim.
 constexpr int64_t kMaxHeadDim = detail::kMaxCudaHeadDim;
+
 constexpr int64_t kMaxIterations = 1000000;
 
 bool is_known_grid(const std::string& name) {
@@ -42,7 +43,7 @@ bool is_known_grid(const std::string& name) {
 // A value that --seqlen or --heads sets for two fields, each of which its own flag overrides in
 // whatever order the flags come (--heads-kv 2 --heads 8 is hq 8, hkv 2, as is the reverse).
 struct PairedDimension {
-  std::optional<int> both;            // --seqlen / --heads
+  std::optional<int> both;           // --seqlen / --heads
   std::optional<int> first, second;  // --seqlen-q / --heads-q, --seqlen-k / --heads-kv
 
   // Fields given by no flag keep their defaults, except that with `second_follows_first` an

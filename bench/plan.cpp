@@ -111,20 +111,20 @@ void check_library_accepts(const BenchOptions& options,
                            std::vector<Backend>& backends) {
   std::vector<Backend> accepted;
   for (const Backend backend : backends) {
-    std::string refusal;
+    std::string refusal;  // "<config>: <the library's reason>" of the first config refused
     for (const testing::ProblemShape& shape : shapes) {
       if (const std::string reason = refusal_reason(shape, backend); !reason.empty()) {
-        refusal = "backend " + std::string(to_string(backend)) + " cannot run " +
-                  shape.describe() + ": " + reason;
+        refusal = shape.describe() + ": " + reason;
         break;
       }
     }
     if (refusal.empty()) {
       accepted.push_back(backend);
     } else if (options.backend == "all") {
-      std::cerr << "note: --backend all skips " << to_string(backend) << ": " << refusal << "\n";
+      std::cerr << "note: --backend all skips " << to_string(backend) << ", which cannot run "
+                << refusal << "\n";
     } else {
-      throw UsageError(refusal);
+      throw UsageError("backend " + std::string(to_string(backend)) + " cannot run " + refusal);
     }
   }
   if (accepted.empty()) {

@@ -71,6 +71,9 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
+// Means standard output as a --json path (the usual command-line convention).
+constexpr const char* kStdoutPath = "-";
+
 // JSON has no NaN or Inf: those become null.
 std::string number(double value) {
   if (!std::isfinite(value)) {
@@ -146,9 +149,6 @@ void print_progress(const BenchRecord& record, size_t index, size_t count, std::
   }
   os.flush();
 }
-
-// Means standard output as a --json path (the usual command-line convention).
-constexpr const char* kStdoutPath = "-";
 
 JsonDestination::JsonDestination(const std::string& path) : path_(path) {
   if (path == kStdoutPath) {

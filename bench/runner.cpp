@@ -199,7 +199,8 @@ MemoryNeed memory_needed(const ProblemShape& shape) {
 
 std::string refusal_reason(const ProblemShape& shape, Backend backend) {
   // select_backend validates the call and picks a backend without touching memory, so the views
-  // point at made-up addresses: aligned, non-null and end to end, so none overlaps another.
+  // point at made-up addresses: aligned, non-null and each in a range of its own (in whatever
+  // order the arguments below are evaluated), so none overlaps another.
   const TensorSizes<size_t> sizes = tensor_sizes(shape);
   uintptr_t next = kMadeUpBaseAddress;
   auto place = [&next](size_t bytes) {
