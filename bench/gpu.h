@@ -14,10 +14,15 @@ namespace flashcore::bench {
 
 // A CUDA device 0 exists and the driver answers.
 bool gpu_present();
+// Why there is no GPU ("flashcore-bench was built without CUDA", the CUDA error of
+// cudaGetDeviceCount, ...), or "" when there is one.
+std::string gpu_absence_reason();
 // "NVIDIA H100 80GB HBM3", or "" without a GPU.
 std::string gpu_name();
 // L2 cache size of device 0 in bytes (0 without a GPU).
 int64_t gpu_l2_bytes();
+// Global memory of device 0 in bytes (0 without a GPU).
+int64_t gpu_memory_bytes();
 
 // Device memory on device 0, freed on destruction.
 class DeviceBuffer {

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <string>
 #include <utility>
 
 #include "cuda/check.h"
@@ -12,14 +13,17 @@ constexpr int kDevice = 0;  // flashcore-bench runs on the first visible device
 
 }  // namespace
 
-bool gpu_present() {
+std::string gpu_absence_reason() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  if (const cudaError_t status = cudaGetDeviceCount(&count); status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error so later calls are not confused
-    return false;
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ", " +
+           cudaGetErrorString(status);
   }
-  return count > 0;
+  return count > 0 ? "" : "cudaGetDeviceCount found no device";
 }
+
+bool gpu_present() { return gpu_absence_reason().empty(); }
 
 std::string gpu_name() {
   if (!gpu_present()) {
@@ -37,6 +41,15 @@ int64_t gpu_l2_bytes() {
   int bytes = 0;
   FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, kDevice));
   return bytes;
+}
+
+int64_t gpu_memory_bytes() {
+  if (!gpu_present()) {
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  FLASHCORE_CUDA_CHECK(cudaGetDeviceProperties(&prop, kDevice));
+  return static_cast<int64_t>(prop.totalGlobalMem);
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -5,15 +5,18 @@
 namespace flashcore::bench {
 namespace {
 
-[[noreturn]] void no_cuda() {
-  throw Error("flashcore-bench was built without CUDA (nvcc not found at configure time)");
-}
+constexpr const char* kNoCuda =
+    "flashcore-bench was built without CUDA: nvcc was not found at configure time";
+
+[[noreturn]] void no_cuda() { throw Error(kNoCuda); }
 
 }  // namespace
 
 bool gpu_present() { return false; }
+std::string gpu_absence_reason() { return kNoCuda; }
 std::string gpu_name() { return ""; }
 int64_t gpu_l2_bytes() { return 0; }
+int64_t gpu_memory_bytes() { return 0; }
 
 DeviceBuffer::DeviceBuffer(size_t /*bytes*/) { no_cuda(); }
 DeviceBuffer::~DeviceBuffer() = default;

@@ -1,6 +1,7 @@
 #include "grids.h"
 
 #include <algorithm>
+#include <string>
 
 namespace flashcore::bench {
 namespace {
@@ -26,14 +27,26 @@ ProblemShape make_shape(int batch, int seqlen_q, int seqlen_k, int heads_q, int 
   return shape;
 }
 
+// "--dtype fp32", "--causal" or both, for the message when they filter out a grid.
+std::string filter_description(const BenchOptions& options) {
+  std::string text;
+  if (options.dtype) {
+    text = std::string("--dtype ") + to_string(*options.dtype);
+  }
+  if (options.causal) {
+    text += (text.empty() ? "" : " with ") + std::string("--causal");
+  }
+  return text;
+}
+
 }  // namespace
 
-std::vector<ProblemShape> default_grid() {
+std::vector<ProblemShape> default_grid(DType dtype) {
   constexpr int kBatch = 1, kHeads = 4, kSeqlen = 512, kHeadDim = 64;
   std::vector<ProblemShape> shapes;
   for (const bool causal : {false, true}) {
-    shapes.push_back(make_shape(kBatch, kSeqlen, kSeqlen, kHeads, kHeads, kHeadDim,
-                                DType::kFloat16, causal));
+    shapes.push_back(
+        make_shape(kBatch, kSeqlen, kSeqlen, kHeads, kHeads, kHeadDim, dtype, causal));
   }
   return shapes;
 }
@@ -101,8 +114,11 @@ std::vector<ProblemShape> shapes_from_options(const BenchOptions& options) {
   } else if (options.grid == "standard") {
     shapes = standard_grid();
   } else {
-    shapes = default_grid();
+    // The default is one config in two masks: --dtype chooses its dtype rather than filtering
+    // a grid that holds fp16 only (which left nothing to run for fp32 or bf16).
+    shapes = default_grid(options.dtype.value_or(DType::kFloat16));
   }
+  const size_t grid_size = shapes.size();
   // On a grid, --dtype and --causal are filters.
   shapes.erase(std::remove_if(shapes.begin(), shapes.end(),
                               [&](const ProblemShape& s) {
@@ -110,6 +126,12 @@ std::vector<ProblemShape> shapes_from_options(const BenchOptions& options) {
                                        (options.causal && !s.causal);
                               }),
                shapes.end());
+  if (shapes.empty()) {
+    throw UsageError(filter_description(options) + " leaves none of the " +
+                     std::to_string(grid_size) + " configs of --grid " +
+                     (options.grid.empty() ? "default" : options.grid) +
+                     " (the grids hold fp16 and bf16 configs)");
+  }
   return shapes;
 }
 

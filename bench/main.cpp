@@ -1,7 +1,9 @@
 // flashcore-bench: times FlashCore attention and checks every result against the float64
-// reference. Flags: options.cpp (--help); shapes: grids.cpp; one run: runner.cpp.
+// reference. Flags: options.cpp (--help); shapes: grids.cpp; checks before any run: plan.cpp;
+// one run: runner.cpp.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -9,6 +11,7 @@
 #include "gpu.h"
 #include "grids.h"
 #include "options.h"
+#include "plan.h"
 #include "report.h"
 #include "runner.h"
 
@@ -37,24 +40,6 @@ constexpr int kStandardGridCheckRows = 16;
 
 bool runs_on_host(Backend backend) { return !fb::runs_on_gpu(backend); }
 
-std::vector<Backend> requested_backends(const fb::BenchOptions& options, bool no_shape_flags) {
-  if (options.backend == "all") {
-    std::vector<Backend> backends;
-    for (const Backend b : {Backend::kSM90, Backend::kSM80, Backend::kCPU, Backend::kReference}) {
-      if (flashcore::backend_available(b)) {
-        backends.push_back(b);
-      }
-    }
-    return backends;
-  }
-  const Backend backend = flashcore::parse_backend(options.backend);
-  // The no-flag default also runs the reference backend, so a first run exercises both paths.
-  if (no_shape_flags && options.grid.empty() && backend == Backend::kAuto) {
-    return {Backend::kAuto, Backend::kReference};
-  }
-  return {backend};
-}
-
 fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, uint64_t seed) {
   IterationDefaults defaults = kGpuDefaults;
   if (backend == Backend::kReference) {
@@ -71,69 +56,55 @@ fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, u
   return settings;
 }
 
-// The standard grid is 7e10 to 2e12 FLOPs per config: hours on the CPU backends. An explicit
-// CPU backend is refused (exit 2); with --backend all they are dropped with a note.
-void fit_backends_to_grid(const fb::BenchOptions& options, std::vector<Backend>& backends) {
-  if (options.grid != "standard") {
-    return;
+void print_header(const fb::BenchPlan& plan, uint64_t seed, std::ostream& os) {
+  os << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
+     << "), seed " << seed << ", " << plan.shapes.size() << " config(s) x "
+     << plan.backends.size() << " backend(s)\n";
+  if (fb::gpu_present()) {
+    os << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
+       << " MiB; inputs smaller than " << fb::kColdCacheL2Multiple
+       << "x L2 are rotated between timed runs)\n";
   }
-  if (options.backend != "all") {
-    if (runs_on_host(backends.front())) {
-      throw fb::UsageError(
-          "--grid standard is sized for GPUs (7e10 to 2e12 FLOPs per config) and backend " +
-          std::string(flashcore::to_string(backends.front())) +
-          " runs on the CPU here (hours); use --grid small or a single config instead");
-    }
-    return;
-  }
-  const auto host_end = std::remove_if(backends.begin(), backends.end(), runs_on_host);
-  if (host_end != backends.end()) {
-    std::cerr << "note: --grid standard skips the CPU backends (cpu, reference): too slow\n";
-    backends.erase(host_end, backends.end());
-  }
-  if (backends.empty()) {
-    throw fb::UsageError("--grid standard needs a GPU backend, and none is available here");
-  }
+  os << fb::host_device_name() << "\n\n";
 }
 
 int run(const fb::BenchOptions& options) {
-  std::vector<Backend> backends = requested_backends(options, !options.shape_given);
-  fit_backends_to_grid(options, backends);
-  const std::vector<fb::ProblemShape> shapes = fb::shapes_from_options(options);
+  const fb::BenchPlan plan = fb::make_plan(options);  // every usage error before any run
+  std::optional<fb::JsonDestination> json;
+  if (!options.json_path.empty()) {
+    json.emplace(options.json_path);  // opened now: a bad path is a usage error, not news later
+  }
+  // With --json - standard output carries the JSON alone; the table goes to stderr.
+  std::ostream& human = json && json->is_stdout() ? std::cerr : std::cout;
   const uint64_t seed = options.seed.value_or(std::random_device{}());
   const bool show_progress = !options.grid.empty();
-
-  std::cout << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
-            << "), seed " << seed << ", " << shapes.size() << " config(s) x " << backends.size()
-            << " backend(s)\n";
-  if (fb::gpu_present()) {
-    std::cout << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
-              << " MiB; inputs smaller than " << fb::kColdCacheL2Multiple
-              << "x L2 are rotated between timed runs)\n";
-  }
-  std::cout << fb::host_device_name() << "\n\n";
+  print_header(plan, seed, human);
 
   std::vector<fb::BenchRecord> records;
-  const size_t total = shapes.size() * backends.size();
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    for (const Backend backend : backends) {
+  const size_t total = plan.shapes.size() * plan.backends.size();
+  for (size_t i = 0; i < plan.shapes.size(); ++i) {
+    for (const Backend backend : plan.backends) {
       // One seed per config, the same for every backend: side by side on the same inputs.
       records.push_back(
-          fb::run_benchmark(shapes[i], backend, settings_for(backend, options, seed + i)));
+          fb::run_benchmark(plan.shapes[i], backend, settings_for(backend, options, seed + i)));
       if (show_progress) {
         fb::print_progress(records.back(), records.size() - 1, total, std::cerr);
       }
     }
   }
 
-  fb::print_table(records, std::cout);
-  if (!options.json_path.empty()) {
-    fb::write_json(records, options.json_path);
-    std::cout << "wrote " << options.json_path << "\n";
+  fb::print_table(records, human);
+  if (json) {
+    fb::write_json(records, *json);
+    human << "wrote " << (json->is_stdout() ? "the JSON to standard output" : json->path())
+          << "\n";
   }
-  const bool all_pass = std::all_of(records.begin(), records.end(),
-                                    [](const fb::BenchRecord& r) { return r.pass; });
-  std::cout << (all_pass ? "all results pass\n" : "SOME RESULTS FAILED\n");
+  // Nothing run is nothing checked: an empty run never passes (shapes_from_options refuses
+  // one already; this keeps the exit code honest should another path ever produce one).
+  const bool all_pass =
+      !records.empty() && std::all_of(records.begin(), records.end(),
+                                      [](const fb::BenchRecord& r) { return r.pass; });
+  human << (all_pass ? "all results pass\n" : "SOME RESULTS FAILED\n");
   return all_pass ? kExitPass : kExitFailure;
 }
 
@@ -149,7 +120,10 @@ int main(int argc, char** argv) {
     }
     return run(options);
   } catch (const fb::UsageError& error) {
-    std::cerr << "flashcore-bench: error: " << error.what() << "\n\n" << fb::usage_text();
+    // The error and where to look, not the whole usage text: the one line that matters stays
+    // on screen.
+    std::cerr << "flashcore-bench: error: " << error.what() << "\n"
+              << "run flashcore-bench --help for usage\n";
     return kExitUsage;
   } catch (const std::exception& error) {
     std::cerr << "flashcore-bench: error: " << error.what() << "\n";

@@ -4,36 +4,73 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
+
+#include "api/validate.h"
 
 namespace flashcore::bench {
 namespace {
 
-// Parses a whole decimal integer in [min_value, max_value]; the flag name goes into the error.
+// Parses a whole decimal integer in [min_value, max_value]; the flag name goes into the error,
+// and `why` (the reason for the bounds, if any) after it.
 int64_t parse_integer(const std::string& flag, const std::string& text, int64_t min_value,
-                      int64_t max_value) {
+                      int64_t max_value, const std::string& why = "") {
   errno = 0;
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || value < min_value ||
       value > max_value) {
     throw UsageError(flag + " expects an integer in [" + std::to_string(min_value) + ", " +
-                     std::to_string(max_value) + "], got '" + text + "'");
+                     std::to_string(max_value) + "], got '" + text + "'" + why);
   }
   return value;
 }
 
 // Sizes beyond this would overflow the int fields of the API long before any GPU runs them.
 constexpr int64_t kMaxDimension = 1 << 30;
+
+// The largest head_dim of any FlashCore kernel (the library's own bound, api/validate.h). The
+// cpu and reference backends would take more, but they stand in for and check the kernels:
+// beyond it there is nothing to measure, and the float64 check grows with head_dim.
+constexpr int64_t kMaxHeadDim = detail::kMaxCudaHeadDim;
+
 constexpr int64_t kMaxIterations = 1000000;
 
 bool is_known_grid(const std::string& name) {
   return name == "default" || name == "small" || name == "standard";
 }
 
+// A value that --seqlen or --heads sets for two fields, each of which its own flag overrides in
+// whatever order the flags come (--heads-kv 2 --heads 8 is hq 8, hkv 2, as is the reverse).
+struct PairedDimension {
+  std::optional<int> both;           // --seqlen / --heads
+  std::optional<int> first, second;  // --seqlen-q / --heads-q, --seqlen-k / --heads-kv
+
+  // Fields given by no flag keep their defaults, except that with `second_follows_first` an
+  // unset second takes the first's value.
+  void resolve(int& first_field, int& second_field, bool second_follows_first) const {
+    first_field = first.value_or(both.value_or(first_field));
+    const int second_default = second_follows_first ? first_field : second_field;
+    second_field = second.value_or(both.value_or(second_default));
+  }
+};
+
+// GQA/MQA: each key/value head serves heads_q / heads_kv query heads, so the division must be
+// exact. Checked here to name the flags; the library would only report it at run time.
+void check_heads(const BenchOptions& options) {
+  if (options.heads_q % options.heads_kv != 0) {
+    throw UsageError("--heads-q " + std::to_string(options.heads_q) +
+                     " is not a multiple of --heads-kv " + std::to_string(options.heads_kv) +
+                     ": each key/value head serves heads-q / heads-kv query heads (GQA/MQA); "
+                     "--heads N sets both");
+  }
+}
+
 }  // namespace
 
 BenchOptions parse_options(const std::vector<std::string>& args) {
   BenchOptions options;
+  PairedDimension seqlens, heads;
   using Handler = std::function<void(const std::string&)>;
   auto dimension = [&](int* field) {
     return [&options, field](const std::string& value) {
@@ -41,24 +78,29 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       *field = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
     };
   };
+  auto paired = [&](std::optional<int>* slot) {
+    return [&options, slot](const std::string& value) {
+      options.shape_given = true;
+      *slot = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
+    };
+  };
   // Flags that take a value; their handlers throw UsageError with an empty flag name that is
   // filled in below, so each message names the flag exactly as typed.
   const std::map<std::string, Handler> valued = {
       {"--batch", dimension(&options.batch)},
-      {"--seqlen-q", dimension(&options.seqlen_q)},
-      {"--seqlen-k", dimension(&options.seqlen_k)},
-      {"--heads-q", dimension(&options.heads_q)},
-      {"--heads-kv", dimension(&options.heads_kv)},
-      {"--head-dim", dimension(&options.head_dim)},
-      {"--seqlen",
+      {"--seqlen-q", paired(&seqlens.first)},
+      {"--seqlen-k", paired(&seqlens.second)},
+      {"--seqlen", paired(&seqlens.both)},
+      {"--heads-q", paired(&heads.first)},
+      {"--heads-kv", paired(&heads.second)},
+      {"--heads", paired(&heads.both)},
+      {"--head-dim",
        [&](const std::string& v) {
-         dimension(&options.seqlen_q)(v);
-         options.seqlen_k = options.seqlen_q;
-       }},
-      {"--heads",
-       [&](const std::string& v) {
-         dimension(&options.heads_q)(v);
-         options.heads_kv = options.heads_q;
+         options.shape_given = true;
+         options.head_dim = static_cast<int>(parse_integer(
+             "", v, 1, kMaxHeadDim,
+             ": " + std::to_string(kMaxHeadDim) +
+                 " is the largest head_dim of FlashCore's kernels"));
        }},
       {"--dtype",
        [&](const std::string& v) {
@@ -98,7 +140,13 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
          }
          options.grid = v;
        }},
-      {"--json", [&](const std::string& v) { options.json_path = v; }},
+      {"--json",
+       [&](const std::string& v) {
+         if (v.empty()) {
+           throw UsageError(" needs a file name, or - for standard output");
+         }
+         options.json_path = v;
+       }},
       {"--seed",
        [&](const std::string& v) {
          options.seed = static_cast<uint64_t>(parse_integer("", v, 0, INT64_MAX));
@@ -144,6 +192,11 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
                      " defines its own shapes: drop --batch/--seqlen*/--heads*/--head-dim "
                      "(--dtype and --causal filter a grid)");
   }
+  // --seqlen-q 1 alone is decode against the default 512 keys; --heads-q 32 alone is 32 heads of
+  // plain attention (MHA), not a GQA ratio against the default 4 key/value heads.
+  seqlens.resolve(options.seqlen_q, options.seqlen_k, /*second_follows_first=*/false);
+  heads.resolve(options.heads_q, options.heads_kv, /*second_follows_first=*/true);
+  check_heads(options);
   return options;
 }
 
@@ -157,14 +210,18 @@ fp16, causal and non-causal) on the best backend present, plus the reference bac
 one config (any of these selects single-config mode):
   --batch N            batch size (1)
   --seqlen N           sets --seqlen-q and --seqlen-k (512)
-  --seqlen-q N         query length
-  --seqlen-k N         key/value length
+  --seqlen-q N         query length; wins over --seqlen in any order
+  --seqlen-k N         key/value length; wins over --seqlen in any order
   --heads N            sets --heads-q and --heads-kv (4)
-  --heads-q N          query heads
-  --heads-kv N         key/value heads (heads-q must be a multiple: GQA/MQA)
-  --head-dim N         head dimension (64)
-  --dtype T            fp16 | bf16 | fp32 (fp16); on a grid: keep only this dtype
-  --causal             bottom-right causal mask; on a grid: keep only causal configs
+  --heads-q N          query heads; wins over --heads in any order
+  --heads-kv N         key/value heads (default: heads-q); heads-q must be a multiple (GQA/MQA)
+  --head-dim N         head dimension, 1..256 (64); GPU backends: the head dims they have
+                       kernels for (64, 96, 128, 256 in a full build)
+  --dtype T            fp16 | bf16 | fp32 (fp16); GPU backends take fp16 and bf16 only.
+                       Without other flags: the default config in this dtype; on a grid: keep
+                       only this dtype
+  --causal             bottom-right causal mask; without other flags or on a grid: keep only
+                       the causal configs
 
 grids (instead of one config):
   --grid NAME          default: the no-flag default
@@ -174,16 +231,30 @@ grids (instead of one config):
                          original FlashCore config and GQA prefill. GPU backends only.
 
 run:
-  --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend) (auto)
+  --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend that
+                       can run the configs) (auto). sm80 and sm90 need a CUDA device.
   --iters N            timed runs (GPU 30, cpu 5, reference 1); the median is reported
   --warmup N           untimed runs after the checked first run (GPU 10, cpu 1, reference 0)
   --check-rows N       query rows per (batch, head) checked against the float64 reference
                        (64; 16 on --grid standard, where the host-side check dominates)
   --seed N             input seed (default: fresh each run, printed for reproduction)
-  --json FILE          also write every result as a JSON array
+  --json FILE          also write every result as a JSON array to FILE (opened before the
+                       run); --json - writes it to standard output and the table to stderr
   --help               this text
 
-exit code: 0 all results pass, 1 an accuracy failure or runtime error, 2 bad flags.
+Flags are checked before anything runs: shapes, dtypes and head dims the chosen backends
+cannot run, a missing GPU, a config larger than memory and an unwritable --json FILE are
+usage errors.
+
+examples:
+  flashcore-bench                                # the default config, best backend + reference
+  flashcore-bench --seqlen 4096 --head-dim 128 --causal --backend cpu          # one config
+  flashcore-bench --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 8192      # a GQA decode step
+  flashcore-bench --grid standard --json results.json      # the BENCHMARKS.md grid (GPU only)
+  flashcore-bench --grid small --json - > small.json       # JSON on stdout, the table on stderr
+
+exit code: 0 all results pass; 1 a failed check (an accuracy failure or a run that raised an
+error); 2 a usage error (bad flags or values; nothing was run).
 )";
 }
 

@@ -11,7 +11,7 @@
 
 namespace flashcore::bench {
 
-// A bad flag or value: main prints the message and the usage text, then exits with code 2.
+// A bad flag or value: main prints the message and a pointer to --help, then exits with code 2.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

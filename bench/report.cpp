@@ -1,11 +1,16 @@
 #include "report.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
+
+#include "options.h"
 
 #ifndef FLASHCORE_BENCH_COMMIT
 #define FLASHCORE_BENCH_COMMIT "unknown"
@@ -65,6 +70,9 @@ std::string quoted(const std::string& text) {
   }
   return out + "\"";
 }
+
+// Means standard output as a --json path (the usual command-line convention).
+constexpr const char* kStdoutPath = "-";
 
 // JSON has no NaN or Inf: those become null.
 std::string number(double value) {
@@ -142,11 +150,23 @@ void print_progress(const BenchRecord& record, size_t index, size_t count, std::
   os.flush();
 }
 
-void write_json(const std::vector<BenchRecord>& records, const std::string& path) {
-  std::ofstream file(path);
-  if (!file) {
-    throw Error("--json " + path + ": cannot open the file for writing");
+JsonDestination::JsonDestination(const std::string& path) : path_(path) {
+  if (path == kStdoutPath) {
+    return;
   }
+  errno = 0;
+  file_ = std::make_unique<std::ofstream>(path);
+  if (!*file_) {
+    const int error = errno;  // the open(2) failure; std::ofstream reports only that it failed
+    throw UsageError("--json " + path + ": cannot open for writing: " +
+                     (error != 0 ? std::strerror(error) : "reason unknown"));
+  }
+}
+
+std::ostream& JsonDestination::stream() { return file_ ? *file_ : std::cout; }
+
+void write_json(const std::vector<BenchRecord>& records, JsonDestination& destination) {
+  std::ostream& file = destination.stream();
   file << "[\n";
   for (size_t i = 0; i < records.size(); ++i) {
     const BenchRecord& r = records[i];
@@ -181,8 +201,9 @@ void write_json(const std::vector<BenchRecord>& records, const std::string& path
          << (i + 1 < records.size() ? ",\n" : "\n");
   }
   file << "]\n";
+  file.flush();
   if (!file) {
-    throw Error("--json " + path + ": write failed");
+    throw Error("--json " + destination.path() + ": write failed");
   }
 }
 

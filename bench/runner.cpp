@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>  // sysconf
+
 #include "gpu.h"
 #include "timing.h"
 
@@ -24,20 +26,27 @@ size_t round_up(size_t bytes) {
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
+// Bytes of one copy of each tensor; Size is size_t for allocations, double for the checks of
+// shapes that may not fit any machine (memory_needed).
+template <typename Size>
 struct TensorSizes {
-  size_t q, kv, out, lse;  // bytes of one copy
-  size_t total() const { return q + 2 * kv + out + lse; }
+  Size q, kv, out, lse;
+  Size total() const { return q + 2 * kv + out + lse; }
 };
 
-TensorSizes tensor_sizes(const ProblemShape& s) {
-  const size_t element = dtype_size(s.dtype);
-  TensorSizes sizes{};
-  sizes.q = size_t(s.batch) * s.seqlen_q * s.heads_q * s.head_dim * element;
-  sizes.kv = size_t(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim * element;
+template <typename Size = size_t>
+TensorSizes<Size> tensor_sizes(const ProblemShape& s) {
+  const Size element = static_cast<Size>(dtype_size(s.dtype));
+  TensorSizes<Size> sizes{};
+  sizes.q = Size(s.batch) * s.seqlen_q * s.heads_q * s.head_dim * element;
+  sizes.kv = Size(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim * element;
   sizes.out = sizes.q;
-  sizes.lse = size_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float);
+  sizes.lse = Size(s.batch) * s.heads_q * s.seqlen_q * Size(sizeof(float));
   return sizes;
 }
+
+// refusal_reason's made-up tensor addresses start here: non-null and aligned like cudaMalloc's.
+constexpr uintptr_t kMadeUpBaseAddress = kBufferAlignment;
 
 // Contiguous BSHD views of q, k, v, out and the [b, hq, sq] lse at the given addresses.
 AttentionArgs make_args(const ProblemShape& s, Backend backend, Device device, const void* q,
@@ -72,7 +81,7 @@ void finish_record(BenchRecord& record, const std::vector<double>& run_ms,
 void run_on_host(BenchRecord& record, Backend backend, const testing::HostTensors& inputs,
                  const RunSettings& settings) {
   const ProblemShape& s = record.shape;
-  const TensorSizes sizes = tensor_sizes(s);
+  const TensorSizes<size_t> sizes = tensor_sizes(s);
   std::vector<uint8_t> out(sizes.out, kPoisonByte);
   std::vector<float> lse(sizes.lse / sizeof(float));
   std::fill_n(reinterpret_cast<uint8_t*>(lse.data()), sizes.lse, kPoisonByte);
@@ -89,7 +98,7 @@ void run_on_host(BenchRecord& record, Backend backend, const testing::HostTensor
 void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors& inputs,
                 const RunSettings& settings) {
   const ProblemShape& s = record.shape;
-  const TensorSizes sizes = tensor_sizes(s);
+  const TensorSizes<size_t> sizes = tensor_sizes(s);
   const int64_t cold_bytes = kColdCacheL2Multiple * gpu_l2_bytes();
   const int64_t set_bytes = static_cast<int64_t>(sizes.total());
   const int copies = static_cast<int>(std::clamp<int64_t>(
@@ -172,6 +181,45 @@ std::string host_device_name() {
   }
   return "cpu: " + model + " (" + std::to_string(std::thread::hardware_concurrency()) +
          " threads)";
+}
+
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_bytes > 0 ? int64_t(pages) * page_bytes : 0;
+}
+
+MemoryNeed memory_needed(const ProblemShape& shape) {
+  const TensorSizes<double> sizes = tensor_sizes<double>(shape);
+  MemoryNeed need;
+  // The inputs, then out and lse twice: the host run keeps the checked outputs while timing.
+  need.host_bytes = sizes.q + 2 * sizes.kv + 2 * (sizes.out + sizes.lse);
+  need.device_bytes = sizes.total();
+  return need;
+}
+
+std::string refusal_reason(const ProblemShape& shape, Backend backend) {
+  // select_backend validates the call and picks a backend without touching memory, so the views
+  // point at made-up addresses: aligned, non-null and each in a range of its own (in whatever
+  // order the arguments below are evaluated), so none overlaps another.
+  const TensorSizes<size_t> sizes = tensor_sizes(shape);
+  uintptr_t next = kMadeUpBaseAddress;
+  auto place = [&next](size_t bytes) {
+    void* address = reinterpret_cast<void*>(next);
+    next += round_up(std::max<size_t>(bytes, 1));
+    return address;
+  };
+  const Device device = runs_on_gpu(backend) ? Device{DeviceType::kCUDA, 0}
+                                             : Device{DeviceType::kCPU, 0};
+  AttentionArgs args = make_args(shape, backend, device, place(sizes.q), place(sizes.kv),
+                                 place(sizes.kv), place(sizes.out),
+                                 static_cast<float*>(place(sizes.lse)));
+  args.device_pointers_verified = true;  // no driver query for addresses that are not memory
+  try {
+    select_backend(args);
+    return "";
+  } catch (const Error& error) {
+    return error.what();
+  }
 }
 
 BenchRecord run_benchmark(const ProblemShape& shape, Backend backend,

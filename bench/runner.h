@@ -46,6 +46,23 @@ inline constexpr int64_t kColdCacheL2Multiple = 3;
 // The host CPU model ("cpu: AMD EPYC ... (16 threads)").
 std::string host_device_name();
 
+// Physical memory of the host in bytes (0 when the system does not say).
+int64_t host_memory_bytes();
+
+// Bytes one run of `shape` holds at once: on the host (inputs, outputs and their checked
+// copies) and, for a GPU backend, on the device (one input set; more copies are only made of
+// sets small enough to fit in a few L2s). In double: a product of flag values can pass 2^64.
+struct MemoryNeed {
+  double host_bytes = 0;
+  double device_bytes = 0;
+};
+MemoryNeed memory_needed(const testing::ProblemShape& shape);
+
+// Why attention_forward would refuse `shape` on `backend` before running anything (the library's
+// message), or "" when it would take it. Touches no memory: use it to refuse a config up front.
+// Call it only on shapes whose memory_needed fits the machine (the library sums their bytes).
+std::string refusal_reason(const testing::ProblemShape& shape, Backend backend);
+
 // Never throws for a runtime failure of the backend: the message lands in record.error.
 BenchRecord run_benchmark(const testing::ProblemShape& shape, Backend backend,
                           const RunSettings& settings);

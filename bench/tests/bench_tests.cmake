@@ -3,33 +3,99 @@ set(expect_exit ${CMAKE_CURRENT_SOURCE_DIR}/tests/expect_exit.cmake)
 
 # Runs flashcore-bench with ARGS and checks the exit code and a pattern in stdout + stderr.
 # Arguments travel to the script joined by "|" (a ";" list does not survive add_test intact).
+# Options (keywords, never flashcore-bench flags, which all start with "--"):
+#   FORBID regex   the output must not match it (e.g. the usage text after an error)
+#   ENV var=value  environment of the run (CUDA_VISIBLE_DEVICES=-1 hides every GPU)
+#   STDOUT_JSON    stdout alone must parse as JSON
 function(flashcore_bench_test name expected_exit pattern)
-  string(REPLACE ";" "|" joined_args "${ARGN}")
+  cmake_parse_arguments(PARSE_ARGV 3 opt "STDOUT_JSON" "FORBID;ENV" "")
+  string(REPLACE ";" "|" joined_args "${opt_UNPARSED_ARGUMENTS}")
   add_test(NAME ${name} COMMAND ${CMAKE_COMMAND}
            -DCOMMAND=$<TARGET_FILE:flashcore-bench> "-DARGS=${joined_args}"
-           -DEXPECTED_EXIT=${expected_exit} "-DPATTERN=${pattern}" -P ${expect_exit})
+           -DEXPECTED_EXIT=${expected_exit} "-DPATTERN=${pattern}" "-DFORBID=${opt_FORBID}"
+           -DSTDOUT_JSON=${opt_STDOUT_JSON} -P ${expect_exit})
   set_tests_properties(${name} PROPERTIES LABELS cpu)
+  if(opt_ENV)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "${opt_ENV}")
+  endif()
 endfunction()
 
 # The no-flag default passes (the README's main job).
 flashcore_bench_test(bench_default 0 "all results pass")
-flashcore_bench_test(bench_help 0 "usage: flashcore-bench" --help)
+# --help: usage, examples (default, one config, the standard grid with --json, --json -) and
+# the exit codes.
+string(CONCAT help_pattern "usage: flashcore-bench.*examples:.*--grid standard --json .*"
+       "--json - .*exit code: 0 all results pass; 1 a failed check.*2 a usage error")
+flashcore_bench_test(bench_help 0 "${help_pattern}" --help)
 # Bad flags: exit 2 with a message naming the flag and the value.
 flashcore_bench_test(bench_bad_head_dim 2 "--head-dim expects an integer.*got 'abc'" --head-dim abc)
+# head_dim is bounded by the kernels' largest (it used to accept 100000 and run for minutes).
+flashcore_bench_test(bench_head_dim_too_large 2
+                     "--head-dim expects an integer in \\[1, 256\\], got '100000': 256 is"
+                     --head-dim 100000)
 flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --backend nope)
 flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16 or fp32, got 'int8'"
                      --dtype int8)
 flashcore_bench_test(bench_unknown_flag 2 "unknown flag '--frobnicate'" --frobnicate)
+# An error prints itself and a pointer to --help, not the whole usage text.
+flashcore_bench_test(bench_error_is_short 2
+                     "error: unknown flag '--frobnicate'.run flashcore-bench --help for usage"
+                     --frobnicate FORBID "usage: flashcore-bench")
 flashcore_bench_test(bench_missing_value 2 "--seqlen needs a value" --seqlen)
 flashcore_bench_test(bench_zero_batch 2 "--batch expects an integer in \\[1," --batch 0)
 flashcore_bench_test(bench_grid_with_shape 2 "--grid standard defines its own shapes"
                      --grid standard --seqlen 128)
 flashcore_bench_test(bench_standard_on_cpu 2 "sized for GPUs" --grid standard --backend cpu)
+# --dtype picks the default config's dtype (it used to filter an fp16-only grid down to zero
+# configs, and zero configs "passed"). No GPU visible, so auto runs the cpu backend, which takes
+# fp32; on a GPU, auto would refuse fp32.
+flashcore_bench_test(bench_default_fp32 0
+                     "2 config\\(s\\) x 2 backend\\(s\\).*fp32.*all results pass"
+                     --dtype fp32 ENV CUDA_VISIBLE_DEVICES=-1)
+# A filter that leaves no config of a grid is a usage error, never a pass.
+flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of the 20 configs"
+                     --grid small --dtype fp32)
+# heads_q must be a multiple of heads_kv: a usage error naming both, before any run.
+flashcore_bench_test(bench_heads_not_multiple 2 "--heads-q 7 is not a multiple of --heads-kv 3"
+                     --heads 7 --heads-kv 3 FORBID "config +\\|")
+# --heads and --seqlen set both fields, and the specific flags win in either order.
+flashcore_bench_test(bench_paired_flags_any_order 0
+                     "b1 sq33 sk70 hq4 hkv2 d32 fp16 +\\| cpu.*all results pass"
+                     --backend cpu --seqlen-k 70 --seqlen 33 --heads-kv 2 --heads 4 --head-dim 32
+                     --iters 1)
+# --heads-q alone is plain attention (hkv = hq), not a ratio against the default 4 kv heads.
+flashcore_bench_test(bench_heads_q_alone 0
+                     "b1 sq16 sk16 hq6 hkv6 d32 fp16 +\\| cpu.*all results pass"
+                     --backend cpu --heads-q 6 --seqlen 16 --head-dim 32 --iters 1)
+# An explicit GPU backend without a GPU is a usage error that says so, not the first CUDA call's
+# error in an ERROR row. CUDA_VISIBLE_DEVICES=-1 hides every GPU, so this holds on any machine
+# and any build (without CUDA the reason is the build itself).
+foreach(gpu_backend sm80 sm90)
+  flashcore_bench_test(bench_no_gpu_${gpu_backend} 2
+                       "--backend ${gpu_backend}: no CUDA device: use --backend cpu or reference"
+                       --backend ${gpu_backend} --seqlen 64
+                       ENV CUDA_VISIBLE_DEVICES=-1 FORBID "config +\\|")
+endforeach()
+# A config larger than the machine's memory is refused before it runs (512 TB of inputs).
+flashcore_bench_test(bench_too_large_for_memory 2
+                     "b1000000 sq1000000 .* needs .* GiB of host memory.*lower --batch"
+                     --backend cpu --batch 1000000 --seqlen 1000000 FORBID "config +\\|")
 # A single GQA causal config with seqlen_q != seqlen_k on the CPU backend.
 flashcore_bench_test(bench_single_cpu 0 "all results pass"
                      --backend cpu --batch 2 --seqlen-q 33 --seqlen-k 70 --heads-q 4 --heads-kv 2
                      --head-dim 32 --causal --dtype bf16 --iters 2)
 
+# An unwritable --json path is a usage error before any run, naming the path and the OS error.
+flashcore_bench_test(bench_json_unwritable 2
+                     "--json .*/no-such-dir/out.json: cannot open for writing: No such file"
+                     --backend cpu --seqlen 64 --iters 1
+                     --json ${CMAKE_CURRENT_BINARY_DIR}/no-such-dir/out.json FORBID "config +\\|")
+flashcore_bench_test(bench_json_empty_path 2 "--json needs a file name, or - for standard output"
+                     --json=)
+# --json - is standard output, which then holds the JSON alone (the table goes to stderr).
+flashcore_bench_test(bench_json_stdout 0 "all results pass"
+                     --backend cpu --seqlen 64 --heads 2 --head-dim 32 --iters 1 --json -
+                     STDOUT_JSON)
 # --json writes records that parse back and hold what the docs promise.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 if(Python3_Interpreter_FOUND)
