@@ -113,6 +113,17 @@ def test_older_json_without_fa3_gets_no_fa3_column():
     assert row(table, "cfg")[1:4] == ["500.0", "450.0", "250.0"]
 
 
+def test_an_anchors_only_run_has_no_check_column():
+    records = [{"config": "cfg", "results": {"fa3": ok(650.0), "cudnn": ok(500.0)},
+                "tol_out": 1e-3}]
+    for rec in records:
+        compare_report.add_ratios(rec, [], ["fa3", "cudnn"])
+    table = compare_report.markdown(meta(anchors=["fa3", "cudnn"]), records, [])
+    assert row(table, "config") == ["config", "fa3 TFLOPS", "cudnn TFLOPS"]
+    assert row(table, "cfg") == ["cfg", "650.0", "500.0"]
+    assert "ratio over the run" not in table
+
+
 def test_geomean():
     assert compare_report.geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert compare_report.geomean([0.5]) == pytest.approx(0.5)
