@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""FlashCore side by side with torch SDPA's cuDNN and FlashAttention-2 backends.
+"""FlashCore side by side with FlashAttention-3 and torch SDPA's cuDNN and FlashAttention-2.
 
 For each config of a grid: q, k, v are drawn once (torch.randn, std 1, BSHD) and every
 implementation runs on those same tensors in this one process: flashcore.attention (one column
-per --compare-backends entry), SDPA with CUDNN_ATTENTION and with FLASH_ATTENTION. Each gets a
-checked run (BENCHMARKS.md rule against a float64 reference on sampled query rows of batch
-element 0; flashcore's output NaN-poisoned first), then warm-up and CUDA-event timing (median),
-the implementations taking turns in interleaved rounds so they see the same clocks.
-Writes compare.json and compare.md to --out and prints the markdown table last.
+per --compare-backends entry), FA3 (fa3_fwd_interface.flash_attn_func from the fa3-fwd wheel,
+when importable: see anchors/fetch.sh; bf16 only), SDPA with CUDNN_ATTENTION and with
+FLASH_ATTENTION. Each gets a checked run (BENCHMARKS.md rule against a float64 reference on
+sampled query rows of batch element 0; flashcore's output NaN-poisoned first), then warm-up and
+timing (median), the implementations taking turns in interleaved rounds so they see the same
+clocks: each run between CUDA events (--timing events), or replays of a CUDA graph of
+--graph-calls calls (--timing graph; an impl whose capture fails falls back to events, and the
+JSON says so). Writes compare.json and compare.md to --out and prints the markdown table last,
+with the geometric mean and the lowest of each flashcore/anchor ratio over the run.
 
   python3 bench/compare.py --grid standard --out results/run1
+  python3 bench/compare.py --grid llm --timing graph                  # model shapes, FA3
+  python3 bench/compare.py --grid quick --impls flashcore,fa3         # skip SDPA's backends
   python3 bench/compare.py --grid quick --compare-backends sm80,sm90
   python3 bench/compare.py --grid tiny --device cpu --backend cpu     # no GPU needed
   python3 bench/compare.py --list --grid standard                     # configs only, no torch
@@ -18,6 +24,7 @@ Exit code: 0 when every flashcore result ran and passed, 1 otherwise, 2 for bad 
 """
 import argparse
 import datetime
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -31,6 +38,9 @@ COPY_BYTES = 1 << 30        # device-to-device copy ceiling: 1 GiB, far larger t
 CEILING_RUNS = 20
 # The CPU path (no GPU, or --device cpu) is for the tiny grid: larger configs take minutes each.
 CPU_MAX_FLOPS = 2e10
+IMPLS = ("flashcore", "fa3", "cudnn", "fa2")  # --impls; the anchors (all but flashcore) need a GPU
+ANCHORS = IMPLS[1:]
+GRAPH_CALLS = 10  # --timing graph: calls captured per graph (BENCHMARKS.md: 10-50)
 
 
 def parse_args(argv):
@@ -47,9 +57,20 @@ def parse_args(argv):
     p.add_argument("--backend", default="auto", help="flashcore backend: auto|sm80|sm90|cpu")
     p.add_argument("--compare-backends",
                    help="several flashcore backends side by side, e.g. sm80,sm90")
+    p.add_argument("--impls", default=",".join(IMPLS),
+                   help="comma list of the implementations to run, out of "
+                        f"{','.join(IMPLS)} (default: all); flashcore stands for every "
+                        "--compare-backends entry")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    p.add_argument("--iters", type=int, help="timed runs per implementation (GPU 30, CPU 3)")
-    p.add_argument("--warmup", type=int, help="untimed runs before timing (GPU 5, CPU 1)")
+    p.add_argument("--timing", default="events", choices=["events", "graph"],
+                   help="events: every call between CUDA events; graph: replays of a CUDA graph "
+                        "of --graph-calls calls, time per call (GPU only)")
+    p.add_argument("--graph-calls", type=int, default=GRAPH_CALLS,
+                   help=f"calls captured per CUDA graph with --timing graph ({GRAPH_CALLS})")
+    p.add_argument("--iters", type=int,
+                   help="timed runs per implementation (GPU 30, graph replays 15, CPU 3)")
+    p.add_argument("--warmup", type=int,
+                   help="untimed runs before timing (GPU 5, graph replays 2, CPU 1)")
     p.add_argument("--rounds", type=int,
                    help="interleaved timing rounds: every implementation runs iters / rounds "
                         "timed runs per round, in turn (GPU 3, CPU 1)")
@@ -62,9 +83,15 @@ def parse_args(argv):
     p.add_argument("--list", action="store_true", help="print the configs and exit (no torch)")
     p.add_argument("--force", action="store_true", help="run large configs on the CPU anyway")
     args = p.parse_args(argv)
-    for name in ("iters", "rounds"):
+    for name in ("iters", "rounds", "graph_calls"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got "
+                    f"{getattr(args, name)}")
+    args.impls = [name for name in args.impls.split(",") if name]
+    unknown = [name for name in args.impls if name not in IMPLS]
+    if unknown or not args.impls or len(set(args.impls)) != len(args.impls):
+        p.error(f"--impls expects distinct names out of {','.join(IMPLS)}, got "
+                f"{','.join(args.impls)!r}")
     dtypes = args.dtypes.split(",") if args.dtypes else None
     if dtypes and not set(dtypes) <= set(compare_grids.DTYPES):
         p.error(f"--dtypes expects bf16 and/or fp16, got {args.dtypes!r}")
@@ -111,6 +138,26 @@ def import_flashcore():
         return None, f"{type(error).__name__}: {error}"
 
 
+def import_fa3():
+    """(flash_attn_func, wheel version, None) from the fa3-fwd wheel, or (None, None, why not).
+    Never raises: without the wheel (ImportError) the FA3 column says "not installed"."""
+    try:
+        from fa3_fwd_interface import flash_attn_func
+    except Exception as error:  # ImportError; OSError or RuntimeError for a build that won't load
+        return None, None, f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    try:
+        version = importlib.metadata.version("fa3-fwd")
+    except Exception:  # installed with --target and no metadata on the path
+        version = "unknown"
+    return flash_attn_func, version, None
+
+
+def anchor_names(impls, on_gpu):
+    """The anchors of --impls that run, in the table's order: FA3 and SDPA's cuDNN and FA2 are
+    GPU kernels, so a CPU run has none (pure: testable without torch)."""
+    return [name for name in ANCHORS if name in impls] if on_gpu else []
+
+
 def run_config(config, seed, args, settings, device, on_gpu, impls, record):
     """Fresh inputs for one config, its reference, then every implementation on them."""
     import torch
@@ -153,19 +200,33 @@ def main(argv):
               f"{args.grid!r} exceed {CPU_MAX_FLOPS:.0e} FLOPs (e.g. {too_big[0].describe()}); "
               "use --grid tiny, or --force", file=sys.stderr)
         return 2
-    settings = argparse.Namespace(iters=args.iters or (30 if on_gpu else 3),
+    timing = args.timing if on_gpu else "events"
+    if timing != args.timing:
+        print("warning: --timing graph needs a GPU; timing with the host clock", file=sys.stderr)
+    # With graphs, warm-up counts replays of calls already warmed up before capture.
+    default_warmup = (2 if timing == "graph" else 5) if on_gpu else 1
+    # A graph replay is the mean of graph_calls calls: 15 of them hold 150 calls.
+    default_iters = (15 if timing == "graph" else 30) if on_gpu else 3
+    settings = argparse.Namespace(iters=args.iters or default_iters,
                                   warmup=args.warmup if args.warmup is not None
-                                  else (5 if on_gpu else 1),
+                                  else default_warmup,
                                   budget_s=args.budget_s,
-                                  rounds=args.rounds or (3 if on_gpu else 1))
-    module, import_error = import_flashcore()
+                                  rounds=args.rounds or (3 if on_gpu else 1),
+                                  timing=timing, graph_calls=args.graph_calls)
+    module, import_error = import_flashcore() if "flashcore" in args.impls else (None, None)
     if import_error:
         print(f"warning: flashcore not importable ({import_error}); its columns will be n/a",
               file=sys.stderr)
-    flashcore_impls = [compare_runner.FlashCoreImpl(module, b) for b in args.flashcore_backends]
+    flashcore_impls = ([compare_runner.FlashCoreImpl(module, b) for b in args.flashcore_backends]
+                       if "flashcore" in args.impls else [])
     flashcore_names = [impl.name for impl in flashcore_impls]
-    baselines = [compare_runner.SdpaImpl("cudnn"), compare_runner.SdpaImpl("fa2")] if on_gpu \
-        else []
+    anchors = anchor_names(args.impls, on_gpu)
+    fa3_func, fa3_version, fa3_error = import_fa3() if "fa3" in anchors else (None, None, None)
+    if fa3_error:
+        print(f"warning: FA3 not importable ({fa3_error}); its column will say not installed "
+              "(see tools/device/check.sh)", file=sys.stderr)
+    baselines = [compare_runner.Fa3Impl(fa3_func, fa3_error) if name == "fa3"
+                 else compare_runner.SdpaImpl(name) for name in anchors]
 
     meta = {"device": torch.cuda.get_device_name() if on_gpu else f"cpu ({os.cpu_count()} cores)",
             "commit": git_commit(),
@@ -177,8 +238,11 @@ def main(argv):
             "warmup": settings.warmup, "rounds": settings.rounds,
             "budget_s": settings.budget_s,
             "check_rows": args.check_rows, "seed": args.seed,
-            "layouts": {"flashcore": "BSHD contiguous", "sdpa": "BHSD views (transpose(1, 2)) "
-                        "of the same BSHD tensors, no copy"}}
+            "impls": flashcore_names + anchors, "anchors": anchors, "timing": timing,
+            "graph_calls": args.graph_calls if timing == "graph" else None,
+            "fa3": fa3_version, "fa3_import_error": fa3_error,
+            "layouts": {"flashcore": "BSHD contiguous", "fa3": "BSHD contiguous (native)",
+                        "sdpa": "BHSD views (transpose(1, 2)) of the same BSHD tensors, no copy"}}
     if on_gpu and not args.skip_ceilings:
         try:
             meta["ceilings"] = measure_ceilings(torch)
@@ -199,10 +263,11 @@ def main(argv):
             for impl in flashcore_impls + baselines:
                 record["results"].setdefault(impl.name, {"status": "n/a",
                                                          "reason": record["error"]})
-        compare_report.add_ratios(record, flashcore_names)
+        compare_report.add_ratios(record, flashcore_names, anchors)
         records.append(record)
         summary = ", ".join(f"{n} {r.get('tflops', 0):.1f}" if r["status"] == "ok"
-                            else f"{n} {r['status']}" for n, r in record["results"].items())
+                            else f"{n} {r.get('cell', r['status'])}"
+                            for n, r in record["results"].items())
         print(f"[{index + 1}/{len(args.configs)}] {record['config']}: {summary}",
               file=sys.stderr, flush=True)
 

@@ -19,16 +19,35 @@ class Config:
     head_dim: int
     dtype: str
     causal: bool
+    name: str = ""   # a model shape's name ("llama3-8b-4k"), shown before the shape
 
     def describe(self):
         mask = " causal" if self.causal else ""
-        return (f"b{self.batch} sq{self.seqlen_q} sk{self.seqlen_k} hq{self.heads_q} "
-                f"hkv{self.heads_kv} d{self.head_dim} {self.dtype}{mask}")
+        shape = (f"b{self.batch} sq{self.seqlen_q} sk{self.seqlen_k} hq{self.heads_q} "
+                 f"hkv{self.heads_kv} d{self.head_dim} {self.dtype}{mask}")
+        return f"{self.name}: {shape}" if self.name else shape
+
+    def visible_pairs(self):
+        """(query, key) pairs one (batch, head) computes: sq * sk, or under the bottom-right
+        causal mask (query i sees key j <= i + sk - sq) the exact count of visible pairs."""
+        sq, sk = self.seqlen_q, self.seqlen_k
+        if not self.causal:
+            return sq * sk
+        if sq <= sk:  # rows see sk - sq + 1 ... sk keys
+            return sq * (2 * sk - sq + 1) // 2
+        return sk * (sk + 1) // 2  # the first sq - sk rows see no key, the rest 1 ... sk
 
     def flops(self):
-        """4 * b * hq * sq * sk * d, halved when causal (BENCHMARKS.md)."""
-        full = 4.0 * self.batch * self.heads_q * self.seqlen_q * self.seqlen_k * self.head_dim
-        return full / 2 if self.causal else full
+        """4 * b * hq * d * (query, key) pairs. BENCHMARKS.md: 4 * b * hq * sq * sk * d, halved
+        when causal; that convention is kept exactly for sq == sk (where it is the visible
+        pairs' count within a factor 1 + 1/sq: sq^2 / 2 against sq (sq + 1) / 2), so figures
+        stay comparable with FlashAttention-3's published ones. Causal with sq != sk (chunked
+        prefill, speculative decoding) counts the visible pairs exactly: halving sq * sk there
+        is wrong by up to 2x (sq 4, sk 4096: every row sees about 4096 keys, not 2048)."""
+        per_head = 4.0 * self.batch * self.heads_q * self.head_dim
+        if self.causal and self.seqlen_q == self.seqlen_k:
+            return per_head * self.seqlen_q * self.seqlen_k / 2
+        return per_head * self.visible_pairs()
 
     def as_dict(self):
         return asdict(self)
@@ -44,6 +63,41 @@ def extra_configs():
     return [Config(16, 2048, 2048, 16, 16, 64, "fp16", False),
             Config(16, 2048, 2048, 16, 16, 64, "fp16", True),
             Config(1, 8192, 8192, 32, 8, 128, "bf16", True)]
+
+
+# Prefill shapes of the models people run (bf16: FA3's forward has no fp16). name, batch, seqlen_q,
+# seqlen_k, heads_q, heads_kv, head_dim, causal. Causal is bottom-right aligned (FA3, flashcore):
+# chunked prefill's queries are the last seqlen_q positions of seqlen_k (torch SDPA's is_causal
+# aligns top-left, so cuDNN and FA2 are n/a on those rows).
+LLM_SHAPES = (
+    # Llama-3-8B / 3.1-8B: 32 query heads, 8 KV heads (GQA 4:1), head_dim 128.
+    ("llama3-8b-2k-b8", 8, 2048, 2048, 32, 8, 128, True),
+    ("llama3-8b-4k", 1, 4096, 4096, 32, 8, 128, True),
+    ("llama3-8b-4k-b4", 4, 4096, 4096, 32, 8, 128, True),
+    ("llama3-8b-8k", 1, 8192, 8192, 32, 8, 128, True),
+    ("llama3-8b-16k", 1, 16384, 16384, 32, 8, 128, True),
+    ("llama3-8b-32k", 1, 32768, 32768, 32, 8, 128, True),
+    # Llama-3-70B: 64 query heads, 8 KV heads (GQA 8:1).
+    ("llama3-70b-8k", 1, 8192, 8192, 64, 8, 128, True),
+    # Qwen2.5-7B: 28 query heads, 4 KV heads (7:1); 3000 tokens, no multiple of any tile.
+    ("qwen2.5-7b-3000-b2", 2, 3000, 3000, 28, 4, 128, True),
+    # Multi-query attention (one KV head), Llama-3-8B's query side.
+    ("mqa-8k", 1, 8192, 8192, 32, 1, 128, True),
+    # Gemma-3-12B's global layers: 16 query heads, 8 KV heads, head_dim 256, scale 256^-0.5.
+    ("gemma3-12b-8k", 1, 8192, 8192, 16, 8, 256, True),
+    # Diffusion transformers, non-causal: Flux at 1024x1024 (4096 image + 512 text tokens, 24
+    # heads of 128) and a batch of two 4096-token sequences.
+    ("flux-4608", 1, 4608, 4608, 24, 24, 128, False),
+    ("dit-4096-b2", 2, 4096, 4096, 24, 24, 128, False),
+    # Chunked prefill: a chunk of new tokens against its prefix plus itself (Llama-3-8B heads).
+    ("chunk-2k-of-8k", 1, 2048, 8192, 32, 8, 128, True),
+    ("chunk-4k-of-32k", 1, 4096, 32768, 32, 8, 128, True),
+)
+
+
+def llm_configs():
+    return [Config(b, sq, sk, hq, hkv, d, "bf16", causal, name)
+            for name, b, sq, sk, hq, hkv, d, causal in LLM_SHAPES]
 
 
 def product(dtypes, head_dims, seqlens, masks):
@@ -66,6 +120,8 @@ GRIDS = {
     "hd256": ("standard grid, head_dim 256 only",
               lambda: product(DTYPES, (256,), STANDARD_SEQLENS, (False, True))),
     "extra": ("original FlashCore config and GQA prefill", extra_configs),
+    "llm": ("model prefill shapes: Llama-3 8B/70B, Qwen2.5-7B, MQA, Gemma-3 d256, Flux/DiT "
+            "non-causal, chunked prefill sq < sk; GQA, bf16, 2k..32k (14)", llm_configs),
     # Not in BENCHMARKS.md: head_dim 96, which the sm90 kernels run padded to 128. Heads 32 as in
     # Phi-3-mini (hidden 3072; 2048 is no multiple of 96).
     "hd96": ("head_dim 96, heads 32, batch 16384/seqlen, 512..16k, both dtypes and masks (24)",

@@ -11,7 +11,12 @@ TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.flo
 
 
 class Unavailable(Exception):
-    """An implementation that cannot run this config (recorded as n/a with the reason)."""
+    """An implementation that cannot run this config (recorded as n/a with the reason; `cell`,
+    when given, is the table's short text for it, e.g. "fp16 n/a")."""
+
+    def __init__(self, reason, cell=None):
+        super().__init__(reason)
+        self.cell = cell
 
 
 def _one_run_ms(fn, on_gpu):
@@ -88,11 +93,14 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
     drawn over the last few milliseconds, so whoever runs right after a light kernel (FA2) or
     after the idle gap between configs starts faster; with as many rounds as implementations,
     each takes every place once.
-    `timed` is a list of (name, fn, make_context or None), make_context returning a fresh
-    context manager to run fn under (SDPA's backend choice); returns {name: timing dict, or
-    {"error": reason} if it raised while timed}."""
-    plans, results = {}, {}
-    for name, fn, make_context in timed:
+    `timed` is a list of (name, fn, make_context or None[, calls]), make_context returning a
+    fresh context manager to run fn under (SDPA's backend choice) and calls the number of
+    attention calls one run of fn makes (a CUDA graph's replay; default 1): iters counts runs
+    of fn and the times reported are per call. Returns {name: timing dict, or {"error": reason}
+    if it raised while timed}."""
+    plans, results, calls_of = {}, {}, {}
+    for name, fn, make_context, *calls in timed:
+        calls_of[name] = calls[0] if calls else 1
         try:
             with _context(make_context):
                 for _ in range(warmup):
@@ -115,7 +123,10 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
                 results[name] = {"error": short_reason(error)}
                 del plans[name]
     for name, (_, _, _, times) in plans.items():
-        results[name] = {**_summary(times), "rounds": rounds}
+        calls = calls_of[name]
+        results[name] = {**_summary([t / calls for t in times]), "rounds": rounds}
+        if calls > 1:
+            results[name]["calls_per_run"] = calls
     return results
 
 
@@ -165,7 +176,8 @@ class SdpaImpl:
 
     def _prepare(self, q, k, v, causal):
         if causal and q.shape[1] != k.shape[1]:
-            raise Unavailable("SDPA is_causal aligns top-left; flashcore bottom-right (sq != sk)")
+            raise Unavailable("SDPA is_causal aligns top-left; flashcore bottom-right (sq != sk)",
+                              cell="sq!=sk n/a")
         kwargs = {"is_causal": causal}
         if q.shape[2] != k.shape[2]:
             kwargs["enable_gqa"] = True
@@ -186,6 +198,42 @@ class SdpaImpl:
         return sdpa_kernel(self.backend)
 
 
+class Fa3Impl:
+    """FlashAttention-3 (the fa3-fwd wheel of anchors/fetch.sh: upstream FA3's Hopper forward) on
+    the BSHD tensors, its native layout: flash_attn_func(q, k, v, softmax_scale, causal) returns
+    out [b, sq, hq, d] (the lse only with return_attn_probs=True); GQA/MQA from the heads of k/v;
+    causal aligned bottom-right, as flashcore's. The wheel is built without fp16
+    (FLASHATTENTION_DISABLE_FP16): fp16 configs are n/a. Checked on out only, as SDPA is.
+    `flash_attn_func` None: the wheel is not importable (`import_error` says why)."""
+
+    name = "fa3"
+    layout = "BSHD contiguous (native)"
+    DTYPE_NAMES = {torch.float16: "fp16", torch.float32: "fp32"}
+
+    def __init__(self, flash_attn_func, import_error=None):
+        self.func = flash_attn_func
+        self.import_error = import_error
+
+    def _refuse(self, q):
+        if self.func is None:
+            raise Unavailable(f"FA3 not installed ({self.import_error})", cell="not installed")
+        if q.dtype != torch.bfloat16:
+            dtype = self.DTYPE_NAMES.get(q.dtype, str(q.dtype))
+            raise Unavailable(f"the fa3-fwd wheel has no {dtype} forward (bf16 and FP8 only)",
+                              cell=f"{dtype} n/a")
+        if not q.is_cuda:
+            raise Unavailable("FA3 runs on CUDA tensors only", cell="GPU only")
+
+    def checked_output(self, q, k, v, causal):
+        self._refuse(q)
+        return self.func(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal), None
+
+    def runner(self, q, k, v, causal):
+        self._refuse(q)
+        func, scale = self.func, q.shape[-1] ** -0.5
+        return lambda: func(q, k, v, softmax_scale=scale, causal=causal)
+
+
 def check_impl(impl, q, k, v, causal, checker, on_gpu):
     """The checked run. Returns (result dict, (name, fn, make_context) to time, or None); never
     raises for the impl's failures, which the result records as n/a with the reason."""
@@ -201,6 +249,8 @@ def check_impl(impl, q, k, v, causal, checker, on_gpu):
         return result, timed
     except Unavailable as error:
         result.update(status="n/a", reason=str(error))
+        if error.cell:
+            result["cell"] = error.cell
     except Exception as error:  # a backend refusing a config, OOM, a flashcore.Error, ...
         result.update(status="n/a", reason=short_reason(error))
         if on_gpu:
@@ -211,14 +261,91 @@ def check_impl(impl, q, k, v, causal, checker, on_gpu):
     return result, None
 
 
+# --timing graph. BENCHMARKS.md: inputs larger than L2. A graph replays its calls back to back,
+# so where one call's q, k, v and out are smaller than twice the L2, the calls cycle through
+# copies of the inputs (the same values at other addresses) and none finds its inputs left in the
+# L2 by the call before.
+L2_FALLBACK_BYTES = 50 * 2 ** 20  # an H100's, where torch does not report the L2 size
+GRAPH_WARMUP = 3  # eager calls per input set before capture (cuDNN plans, allocator blocks)
+
+
+def input_set_count(set_bytes, l2_bytes, calls):
+    """Input sets a graph of `calls` calls cycles through: enough that they span twice the L2,
+    one when a single set does, never more than the calls."""
+    return max(1, min(calls, -(-2 * l2_bytes // max(set_bytes, 1))))
+
+
+def input_sets(q, k, v, calls):
+    """[(q, k, v), copies...], input_set_count of them (out counts as q's size)."""
+    l2_bytes = getattr(torch.cuda.get_device_properties(q.device), "L2_cache_size", 0)
+    set_bytes = sum(t.numel() * t.element_size() for t in (q, k, v, q))
+    count = input_set_count(set_bytes, l2_bytes or L2_FALLBACK_BYTES, calls)
+    return [(q, k, v)] + [(q.clone(), k.clone(), v.clone()) for _ in range(count - 1)]
+
+
+def capture_graph(fns, calls, make_context):
+    """torch.cuda.CUDAGraph of `calls` calls, call i running fns[i % len(fns)], captured under
+    make_context after eager warm-up on a side stream (torch.cuda.graph's recipe); replayed once
+    and synchronized, so a graph that cannot run fails here. Outputs and workspaces come from
+    the graph's private memory pool, allocated at capture: replays allocate nothing."""
+    with _context(make_context):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for fn in fns:
+                for _ in range(GRAPH_WARMUP):
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in range(calls):
+                fns[call % len(fns)]()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def graph_timed(impls, timed, q, k, v, causal, calls, results):
+    """`timed` entries (name, fn, make_context) as (name, graph.replay, None, calls): a graph
+    of `calls` calls over input_sets. An impl whose capture fails keeps its eager entry (CUDA
+    events), its result saying why (timing "events", graph_error)."""
+    by_name = {impl.name: impl for impl in impls}
+    try:
+        sets = input_sets(q, k, v, calls)
+    except Exception:  # out of memory for the copies: the graph reuses the one set
+        sets = [(q, k, v)]
+    graphed = []
+    for name, fn, make_context in timed:
+        try:
+            fns = [fn] + [by_name[name].runner(*inputs, causal) for inputs in sets[1:]]
+            graph = capture_graph(fns, calls, make_context)
+            results[name].update(timing="graph", input_sets=len(sets))
+            graphed.append((name, graph.replay, None, calls))
+        except Exception as error:
+            results[name].update(timing="events", graph_error=short_reason(error))
+            try:  # a failed capture can leave an error behind: surface it here, not in the next
+                torch.cuda.synchronize()
+                with _context(make_context):
+                    fn()
+                torch.cuda.synchronize()
+                graphed.append((name, fn, make_context))
+            except Exception as again:
+                results[name].update(status="n/a", reason="after a failed graph capture: "
+                                     + short_reason(again))
+    return graphed
+
+
 def run_impls(impls, q, k, v, causal, checker, settings, on_gpu):
     """Every impl checked on the same inputs, then the ones that ran timed side by side in
-    settings.rounds interleaved rounds. Returns {name: result dict}."""
+    settings.rounds interleaved rounds: eagerly between CUDA events, or with settings.timing
+    "graph" as replays of CUDA graphs of settings.graph_calls calls. Returns {name: result}."""
     results, timed = {}, []
     for impl in impls:
         results[impl.name], to_time = check_impl(impl, q, k, v, causal, checker, on_gpu)
         if to_time is not None:
             timed.append(to_time)
+    if getattr(settings, "timing", "events") == "graph" and on_gpu and timed:
+        timed = graph_timed(impls, timed, q, k, v, causal, settings.graph_calls, results)
     timings = time_interleaved(timed, settings.warmup, settings.iters, settings.budget_s,
                                settings.rounds, on_gpu)
     for name, timing in timings.items():

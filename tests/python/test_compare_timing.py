@@ -60,3 +60,12 @@ def test_sdpa_backend_context_is_entered_afresh_every_round():
     results = compare_runner.time_interleaved(timed, warmup=1, iters=4, budget_s=10.0, rounds=2,
                                               on_gpu=False)
     assert "error" not in results["math"] and results["math"]["iters"] == 4
+
+
+def test_runs_of_several_calls_report_the_time_per_call(monkeypatch):
+    monkeypatch.setattr(compare_runner, "_runs_ms", lambda fn, runs, on_gpu: [8.0] * runs)
+    timed = [("graph", lambda: None, None, 4), ("eager", lambda: None, None)]
+    results = compare_runner.time_interleaved(timed, warmup=0, iters=2, budget_s=10.0, rounds=1,
+                                              on_gpu=False)
+    assert results["graph"]["median_ms"] == 2.0 and results["graph"]["calls_per_run"] == 4
+    assert results["eager"]["median_ms"] == 8.0 and "calls_per_run" not in results["eager"]

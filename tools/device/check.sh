@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
 # The one command for the accelerator machine: build with all cores, run the GPU tests, run
-# flashcore-bench and bench/compare.py (flashcore vs torch SDPA cuDNN / FA2), and keep every log.
+# flashcore-bench and bench/compare.py (flashcore vs FA3 and torch SDPA cuDNN / FA2), and keep
+# every log.
 #
 #   bash tools/device/check.sh                       # ARCHS=90a, GRID=quick, logs in ./results
 #   GRID=standard OUT=/somewhere bash tools/device/check.sh
 #   SKIP_BUILD=1 SKIP_TESTS=1 GRID=hd128 COMPARE_ARGS="--compare-backends sm80,sm90" bash ...
+#   SKIP_BUILD=1 SKIP_TESTS=1 SKIP_BENCH=1 GRID=llm COMPARE_ARGS="--timing graph" bash ...
+#
+# FA3 (FlashAttention-3, the anchor of BENCHMARKS.md) comes as a prebuilt wheel, not from a
+# registry on the accelerator machine (it reaches nothing outside). On the dev machine, once:
+#   bash <shared>/anchors/fetch.sh .anchors   # fa3_fwd-0.0.3-*.whl (27 MB) + flash_attn_config.py
+# keep .anchors out of git and carry it with the device call (carry: [".anchors"]; the tree and
+# what is carried share 64 MiB). This script installs it before compare.py, as one would by hand:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+#     .anchors/fa3_fwd-*.whl && cp .anchors/flash_attn_config.py /tmp/site/ \
+#     && export PYTHONPATH=/tmp/site:$PYTHONPATH
+# Without the wheel, compare.py's FA3 column says "not installed" and nothing fails; the wheel
+# has no fp16 (those cells say "fp16 n/a"). COMPARE_ARGS="--impls flashcore,fa3" skips SDPA's
+# backends.
 #
 # Environment:
 #   OUT           output folder (default ./results): <step>.log per step, bench_*.json,
@@ -12,6 +26,9 @@
 #   ARCHS         FLASHCORE_CUDA_ARCHS (default 90a)           BUILD_DIR   (default build)
 #   GRID          compare.py grid (default quick)              COMPARE_ARGS  extra compare.py flags
 #   SKIP_BUILD=1  reuse BUILD_DIR as it is                     SKIP_TESTS=1  no ctest/pytest
+#   SKIP_BENCH=1  no flashcore-bench and no CPU compare.py (the GPU compare.py only)
+#   ANCHORS       folder with the FA3 wheel (default .anchors)  ANCHOR_SITE  where it installs
+#                 (default /tmp/flashcore-anchors, put first on PYTHONPATH)
 #   EXTRA         extra shell commands, run last as their own step (log: extra.log)
 #   CMAKE_ARGS    extra configure flags                        JOBS (default: all cores)
 #   *_TIMEOUT     seconds per step: BUILD (480), TEST (300), BENCH (180), COMPARE (420)
@@ -37,6 +54,8 @@ BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
 COMPARE_TIMEOUT=${COMPARE_TIMEOUT:-420}
 BENCH="$BUILD_DIR/bench/flashcore-bench"
 export PYTHONPATH="$REPO/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
+ANCHORS=${ANCHORS:-.anchors}
+ANCHOR_SITE=${ANCHOR_SITE:-/tmp/flashcore-anchors}
 # The accelerator machine gets the tree without .git: pass FLASHCORE_COMMIT=<sha> along.
 COMMIT=${FLASHCORE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export FLASHCORE_COMMIT=$COMMIT
@@ -78,6 +97,26 @@ skip() {  # skip NAME REASON: shown in the summary, never silent
 
 has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
+# --- FA3 anchor: the carried wheel, installed where compare.py imports it from -------------------
+fa3_wheels=("$ANCHORS"/fa3_fwd-*.whl)
+fa3_wheel=""
+[ -f "${fa3_wheels[0]}" ] && fa3_wheel=${fa3_wheels[0]}
+if "$PYTHON" -c "import fa3_fwd_interface" >/dev/null 2>&1; then
+  skip fa3_install "fa3_fwd_interface already importable"
+elif [ -z "$fa3_wheel" ]; then
+  skip fa3_install "no $ANCHORS/fa3_fwd-*.whl carried: compare.py's FA3 column says not installed"
+else
+  step fa3_install 180 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --upgrade \
+    --target "$ANCHOR_SITE" "$fa3_wheel"
+  # The wheel's interface imports flash_attn_config; fetch.sh writes it beside the wheel.
+  if [ -f "$ANCHORS/flash_attn_config.py" ]; then
+    cp "$ANCHORS/flash_attn_config.py" "$ANCHOR_SITE/"
+  else
+    echo 'from fa3_fwd_config import CONFIG  # noqa: F401' >"$ANCHOR_SITE/flash_attn_config.py"
+  fi
+  export PYTHONPATH="$ANCHOR_SITE:$PYTHONPATH"
+fi
+
 # --- environment: what ran where --------------------------------------------------------------
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -93,6 +132,8 @@ has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>
   command -v nvcc >/dev/null && nvcc --version | tail -n 2
   "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'cudnn', torch.backends.cudnn.version())" 2>&1 || true
+  "$PYTHON" -c "import fa3_fwd_interface, importlib.metadata as m; \
+print('fa3-fwd', m.version('fa3-fwd'), 'from', fa3_fwd_interface.__file__)" 2>&1 | tail -n 1 || true
 } >"$OUT/environment.txt" 2>&1
 cat "$OUT/environment.txt"
 
@@ -137,7 +178,10 @@ else
 fi
 
 # --- flashcore-bench ---------------------------------------------------------------------------
-if [ -x "$BENCH" ]; then
+if [ -n "${SKIP_BENCH:-}" ]; then
+  skip bench_default "SKIP_BENCH"
+  skip bench_cpu "SKIP_BENCH"
+elif [ -x "$BENCH" ]; then
   # The no-flag default: the best backend present (a CUDA kernel on a GPU) + the reference.
   step bench_default "$BENCH_TIMEOUT" "$BENCH" --json "$OUT/bench_default.json"
   # The CPU backend on the small grid: reported even while no CUDA kernel works.
@@ -163,8 +207,12 @@ else
   else
     skip compare "no CUDA device visible to torch"
   fi
-  step compare_cpu "$BENCH_TIMEOUT" "$PYTHON" bench/compare.py --grid tiny --device cpu \
-    --backend cpu --out "$OUT/compare-cpu"
+  if [ -n "${SKIP_BENCH:-}" ]; then
+    skip compare_cpu "SKIP_BENCH"
+  else
+    step compare_cpu "$BENCH_TIMEOUT" "$PYTHON" bench/compare.py --grid tiny --device cpu \
+      --backend cpu --out "$OUT/compare-cpu"
+  fi
 fi
 
 if [ -n "${EXTRA:-}" ]; then
