@@ -7,15 +7,14 @@
 //   nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
 //        -I include -I src dev/sm90/check_sm90.cu -o /tmp/check_sm90
 // Run: /tmp/check_sm90 [--no-timing] [--only-timing] [--hd 64|128|256]
-//                      [--schedule plain|overlap|persistent] [--sweep] [--variants a,b,!c] [--list]
+//                      [--sweep] [--variants a,b,!c] [--list]
 //                      [--seqlen N (timing shapes of that seqlen only)]
 //                      [--dtype fp16 (the bf16 timing shapes in fp16; table variants only)]
 //                      [--trace DIR (a -DFLASHCORE_SM90_TRACE build: timelines, trace.cuh)]
 // --variants picks table and sweep variants by name prefix ('!x' drops names containing x);
 // --list prints every variant name.
-// All schedules of the tile table by default (plain = stage 2; overlap = stage 3 intra-warpgroup
-// overlap + ping-pong; persistent = stage 4, overlap in one CTA per SM); --sweep adds other tile
-// configurations (bf16), each checked then timed.
+// The tuning table's rows by default ("default"); --sweep adds other tile configurations (bf16,
+// pers_* persistent, ovl_* one tile per CTA), each checked then timed.
 // A kernel that does not finish within kWatchdogSeconds is reported (a barrier deadlock) and the
 // program exits 2.
 #include <cuda_runtime.h>
@@ -73,7 +72,7 @@ void wait_with_watchdog(const char* what) {
   }
 }
 
-// One way of running the kernel: a tile configuration and a consumer schedule.
+// One way of running the kernel: a tile configuration and its scheduler.
 using Runner = void (*)(const AttentionParams&);
 struct Variant {
   std::string name;
@@ -82,58 +81,46 @@ struct Variant {
   Runner run;
 };
 
-template <DType kDType, class Config, Sm90Schedule kSchedule>
+template <class Config>
 void run_config(const AttentionParams& p) {
-  p.causal ? run_sm90_forward_configured<kDType, Config, true, kSchedule>(p)
-           : run_sm90_forward_configured<kDType, Config, false, kSchedule>(p);
+  p.causal ? run_sm90_forward_configured<Config, true>(p)
+           : run_sm90_forward_configured<Config, false>(p);
 }
 
-// The tile table's configuration for the call's head_dim and dtype.
-template <Sm90Schedule kSchedule>
-void run_table(const AttentionParams& p) {
-  const bool fp16 = p.dtype == DType::kFloat16;
-  switch (p.head_dim) {
-    case 64:
-      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<64>, kSchedule>(p)
-           : run_config<DType::kBFloat16, Sm90TileConfig<64>, kSchedule>(p);
-      break;
-    case 96:  // padded: the 128 kernels (sm90_kernel_head_dim)
-    case 128:
-      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<128>, kSchedule>(p)
-           : run_config<DType::kBFloat16, Sm90TileConfig<128>, kSchedule>(p);
-      break;
-    case 256:
-      fp16 ? run_config<DType::kFloat16, Sm90TileConfig<256>, kSchedule>(p)
-           : run_config<DType::kBFloat16, Sm90TileConfig<256>, kSchedule>(p);
-      break;
-    default: std::printf("unsupported head_dim %d\n", p.head_dim); std::exit(1);
-  }
+// The switches a sweep row takes: those of the table's rows of the same head_dim and consumers
+// (tile_table.h), so that a sweep varies the tile alone.
+constexpr Sm90Switch sweep_switches(int head_dim, int consumers, bool persistent) {
+  Sm90Switch switches = Sm90Switch::kNone;
+  if (head_dim == 128) switches = switches | Sm90Switch::kRescaleUnderQk;
+  if (head_dim != 64) switches = switches | Sm90Switch::kLazyRescale;
+  if (head_dim == 256) switches = switches | Sm90Switch::kWarpMaskStart;
+  if (consumers == 3) switches = switches | Sm90Switch::kSkipDeadBlocks;
+  if (consumers == 3 && persistent) switches = switches | Sm90Switch::kSkipRowlessConsumers;
+  return switches;
 }
 
-const char* schedule_tag(Sm90Schedule schedule) {
-  switch (schedule) {
-    case Sm90Schedule::kPlain: return "plain";
-    case Sm90Schedule::kOverlapPingPong: return "ovl";
-    case Sm90Schedule::kPersistent: return "pers";
-    case Sm90Schedule::kPersistentPlain: return "pplain";
-    case Sm90Schedule::kOverlapOnly: return "nopp";
-  }
-  return "?";
-}
+// A tuning row of its own for a sweep (the mask comes from the call).
+template <bool kPersistent, int kHeadDim, int kBlockN, int kStages, int kConsumers, int kL2MiB>
+struct SweepRow {
+  static constexpr Sm90TuningRow kRow{
+      kHeadDim, false, kAnySeqlen, kBlockN, kStages, kConsumers,
+      kPersistent ? Sm90Scheduling::kPersistent : Sm90Scheduling::kOneTilePerCta, kL2MiB,
+      sweep_switches(kHeadDim, kConsumers, kPersistent)};
+};
 
-template <Sm90Schedule kSchedule, int kHeadDim, int kBlockN, int kStages, int kConsumers = 2,
-          int kL2MiB = kSm90L2ReuseMiB>
+template <bool kPersistent, int kHeadDim, int kBlockN, int kStages, int kConsumers = 2,
+          int kL2MiB = kSm90L2SectionMiB>
 Variant sweep_variant() {
   char name[96];
   char l2[16] = "";
-  if (kL2MiB != kSm90L2ReuseMiB) std::snprintf(l2, sizeof(l2), "_l%d", kL2MiB);
-  std::snprintf(name, sizeof(name), "%s_d%d_n%d_s%d%s%s", schedule_tag(kSchedule), kHeadDim,
+  if (kL2MiB != kSm90L2SectionMiB) std::snprintf(l2, sizeof(l2), "_l%d", kL2MiB);
+  std::snprintf(name, sizeof(name), "%s_d%d_n%d_s%d%s%s", kPersistent ? "pers" : "ovl", kHeadDim,
                 kBlockN, kStages, kConsumers == 3 ? "_m192" : "", l2);
-  using Config = Sm90TileConfig<kHeadDim, kBlockN, kStages, kConsumers, kL2MiB>;
-  return Variant{name, kHeadDim, true, run_config<DType::kBFloat16, Config, kSchedule>};
+  using Row = SweepRow<kPersistent, kHeadDim, kBlockN, kStages, kConsumers, kL2MiB>;
+  return Variant{name, kHeadDim, true, run_config<Sm90TileConfig<Row, DType::kBFloat16>>};
 }
 
-// What the library runs (run_sm90_forward: the tile table's configuration and schedule).
+// What the library runs (run_sm90_forward: the tuning table's rows).
 void run_default(const AttentionParams& p) {
   const bool fp16 = p.dtype == DType::kFloat16;
   constexpr DType kH = DType::kFloat16, kB = DType::kBFloat16;
@@ -150,74 +137,61 @@ void run_default(const AttentionParams& p) {
   }
 }
 
-std::vector<Variant> table_variants() {
-  return {Variant{"default", 0, false, run_default},
-          Variant{"plain", 0, false, run_table<Sm90Schedule::kPlain>},
-          Variant{"overlap+pingpong", 0, false, run_table<Sm90Schedule::kOverlapPingPong>},
-          Variant{"persistent", 0, false, run_table<Sm90Schedule::kPersistent>}};
-}
+std::vector<Variant> table_variants() { return {Variant{"default", 0, false, run_default}}; }
 
-// Tile configurations x schedules for tuning runs (bf16 only), selected with --variants.
+// Tile configurations x schedulers for tuning runs (bf16 only), selected with --variants.
 // Shared memory (plus the O staging where it fits): d64 n128 s3 = 112 KB (+16), d64 n192 s2 =
 // 112 KB (+16), d128 n128 s2 = 160 KB (+32), d128 n128 s3 = 224 KB, d256 n80 s2 = 224 KB.
 std::vector<Variant> sweep_variants() {
-  using S = Sm90Schedule;
+  constexpr bool kOvl = false, kPers = true;
   return {
       // d64
-      sweep_variant<S::kPlain, 64, 128, 2>(),
-      sweep_variant<S::kOverlapOnly, 64, 128, 2>(),
-      sweep_variant<S::kOverlapPingPong, 64, 128, 2>(),
-      sweep_variant<S::kOverlapPingPong, 64, 128, 3>(),
-      sweep_variant<S::kOverlapPingPong, 64, 192, 2>(),
-      sweep_variant<S::kPersistent, 64, 128, 2>(),
-      sweep_variant<S::kPersistent, 64, 192, 2>(),
-      sweep_variant<S::kOverlapPingPong, 64, 128, 2, 3>(),
-      sweep_variant<S::kPersistent, 64, 128, 2, 3>(),
-      sweep_variant<S::kOverlapPingPong, 64, 96, 2, 3>(),
-      sweep_variant<S::kPersistent, 64, 96, 2, 3>(),
-      sweep_variant<S::kOverlapPingPong, 64, 112, 2, 3>(),
-      sweep_variant<S::kOverlapPingPong, 64, 128, 3, 3>(),
-      sweep_variant<S::kPersistent, 64, 64, 2, 3>(),  // short-sequence candidates (less causal
-      sweep_variant<S::kPersistent, 64, 64, 2>(),     // waste on the diagonal, more CTAs' worth)
-      sweep_variant<S::kPersistent, 64, 128, 3, 3>(),
+      sweep_variant<kOvl, 64, 128, 2>(),
+      sweep_variant<kOvl, 64, 128, 3>(),
+      sweep_variant<kOvl, 64, 192, 2>(),
+      sweep_variant<kPers, 64, 128, 2>(),
+      sweep_variant<kPers, 64, 192, 2>(),
+      sweep_variant<kOvl, 64, 128, 2, 3>(),
+      sweep_variant<kPers, 64, 128, 2, 3>(),
+      sweep_variant<kOvl, 64, 96, 2, 3>(),
+      sweep_variant<kPers, 64, 96, 2, 3>(),
+      sweep_variant<kOvl, 64, 112, 2, 3>(),
+      sweep_variant<kOvl, 64, 128, 3, 3>(),
+      sweep_variant<kPers, 64, 64, 2, 3>(),
+      sweep_variant<kPers, 64, 64, 2>(),
+      sweep_variant<kPers, 64, 128, 3, 3>(),
       // d128
-      sweep_variant<S::kPlain, 128, 128, 2>(),
-      sweep_variant<S::kOverlapOnly, 128, 128, 2>(),
-      sweep_variant<S::kOverlapPingPong, 128, 128, 2>(),
-      sweep_variant<S::kOverlapPingPong, 128, 128, 3>(),
-      sweep_variant<S::kOverlapPingPong, 128, 160, 2>(),
-      sweep_variant<S::kOverlapPingPong, 128, 176, 2>(),
-      sweep_variant<S::kPersistent, 128, 128, 2>(),
-      sweep_variant<S::kPersistent, 128, 128, 3>(),
-      sweep_variant<S::kPersistent, 128, 160, 2>(),
-      sweep_variant<S::kPersistent, 128, 176, 2>(),
-      sweep_variant<S::kPersistentPlain, 128, 128, 2>(),
-      sweep_variant<S::kPersistent, 128, 96, 2>(),  // short-sequence candidates
-      sweep_variant<S::kPersistent, 128, 64, 2>(),
-      sweep_variant<S::kPersistent, 128, 64, 2, 3>(),  // three consumers at 160 registers:
-      sweep_variant<S::kPersistent, 128, 64, 3, 3>(),  // O 64 + S 32-40 + P 16-20 fit
-      sweep_variant<S::kPersistent, 128, 80, 2, 3>(),
-      sweep_variant<S::kPersistent, 128, 80, 3, 3>(),
-      sweep_variant<S::kOverlapPingPong, 128, 80, 2, 3>(),
+      sweep_variant<kOvl, 128, 128, 2>(),
+      sweep_variant<kOvl, 128, 128, 3>(),
+      sweep_variant<kOvl, 128, 160, 2>(),
+      sweep_variant<kOvl, 128, 176, 2>(),
+      sweep_variant<kPers, 128, 128, 2>(),
+      sweep_variant<kPers, 128, 128, 3>(),
+      sweep_variant<kPers, 128, 160, 2>(),
+      sweep_variant<kPers, 128, 176, 2>(),
+      sweep_variant<kPers, 128, 96, 2>(),
+      sweep_variant<kPers, 128, 64, 2>(),
+      sweep_variant<kPers, 128, 64, 2, 3>(),
+      sweep_variant<kPers, 128, 64, 3, 3>(),
+      sweep_variant<kPers, 128, 80, 2, 3>(),
+      sweep_variant<kPers, 128, 80, 3, 3>(),
+      sweep_variant<kOvl, 128, 80, 2, 3>(),
       // d256
-      sweep_variant<S::kPlain, 256, 80, 2>(),
-      sweep_variant<S::kOverlapOnly, 256, 80, 2>(),
-      sweep_variant<S::kOverlapPingPong, 256, 80, 2>(),
-      sweep_variant<S::kOverlapPingPong, 256, 64, 2>(),
-      sweep_variant<S::kPersistent, 256, 80, 2>(),
-      sweep_variant<S::kPersistentPlain, 256, 80, 2>(),
-      sweep_variant<S::kPersistent, 256, 64, 2>(),  // short-sequence candidate
-      // L2 section size (MiB of K/V per section; default kSm90L2ReuseMiB = 8)
-      sweep_variant<S::kPersistent, 64, 128, 2, 3, 24>(),
-      sweep_variant<S::kPersistent, 64, 128, 3, 3, 24>(),  // d64 causal 1k at boost clocks
-      sweep_variant<S::kPersistent, 128, 128, 2, 2, 4>(),
-      sweep_variant<S::kPersistent, 128, 128, 2, 2, 24>(),
-      sweep_variant<S::kPersistent, 128, 128, 2, 2, 16>(),
-      sweep_variant<S::kPersistent, 128, 96, 3>(),
-      sweep_variant<S::kPersistent, 128, 160, 2, 2, 24>(),
-      sweep_variant<S::kOverlapPingPong, 128, 176, 2, 2, 24>(),
-      sweep_variant<S::kPersistent, 256, 80, 2, 2, 24>(),
-      sweep_variant<S::kOverlapPingPong, 256, 80, 2, 2, 24>(),
+      sweep_variant<kOvl, 256, 80, 2>(),
+      sweep_variant<kOvl, 256, 64, 2>(),
+      sweep_variant<kPers, 256, 80, 2>(),
+      sweep_variant<kPers, 256, 64, 2>(),
+      // L2 section size (MiB of K/V per section; default kSm90L2SectionMiB = 8)
+      sweep_variant<kPers, 64, 128, 2, 3, 24>(),
+      sweep_variant<kPers, 64, 128, 3, 3, 24>(),
+      sweep_variant<kPers, 128, 128, 2, 2, 4>(),
+      sweep_variant<kPers, 128, 128, 2, 2, 24>(),
+      sweep_variant<kPers, 128, 128, 2, 2, 16>(),
+      sweep_variant<kPers, 128, 96, 3>(),
+      sweep_variant<kPers, 128, 160, 2, 2, 24>(),
+      sweep_variant<kOvl, 128, 176, 2, 2, 24>(),
+      sweep_variant<kPers, 256, 80, 2, 2, 24>(),
+      sweep_variant<kOvl, 256, 80, 2, 2, 24>(),
   };
 }
 
@@ -462,13 +436,12 @@ int main(int argc, char** argv) {
   bool timing = true, checking = true, sweep = false;
   int only_hd = 0, only_seqlen = 0;
   bool timing_fp16 = false;
-  std::string only_schedule, variant_list, trace_dir;
+  std::string variant_list, trace_dir;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-timing")) timing = false;
     if (!std::strcmp(argv[i], "--only-timing")) checking = false;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--hd") && i + 1 < argc) only_hd = std::atoi(argv[++i]);
-    if (!std::strcmp(argv[i], "--schedule") && i + 1 < argc) only_schedule = argv[++i];
     if (!std::strcmp(argv[i], "--variants") && i + 1 < argc) variant_list = argv[++i];
     if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc) only_seqlen = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--trace") && i + 1 < argc) trace_dir = argv[++i];
@@ -494,9 +467,7 @@ int main(int argc, char** argv) {
     for (const Variant& v : sweep_variants())
       if (selected(v.name, variant_list)) variants.push_back(v);
   } else {
-    for (const Variant& v : table_variants()) {
-      if (only_schedule.empty() || v.name.rfind(only_schedule, 0) == 0) variants.push_back(v);
-    }
+    for (const Variant& v : table_variants()) variants.push_back(v);
     if (sweep) {
       for (const Variant& v : sweep_variants()) variants.push_back(v);
     }

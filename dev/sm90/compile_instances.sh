@@ -4,14 +4,9 @@
 # UTMALDG, SYNCS) and must not (LDL/STL local-memory traffic). Needs no GPU.
 # "max reg" is the highest register index in the SASS + 1: the consumers' real footprint after
 # setmaxnreg (ptxas reports the launch cap, 168, for the whole kernel).
-# Usage (repository root): [SCHEDULE=0|1|2] bash dev/sm90/compile_instances.sh [out_dir]
-#   SCHEDULE forces every head_dim to one schedule (0 plain, 1 overlap + ping-pong, 2 persistent);
-#   unset, each head_dim takes its tile-table row's schedule (what the library builds).
+# Usage (repository root): bash dev/sm90/compile_instances.sh [out_dir]
 set -euo pipefail
-schedule=${SCHEDULE:-table}
-define=""
-[ "$schedule" != table ] && define="-DFLASHCORE_SM90_SCHEDULE=$schedule"
-out=${1:-/tmp/flashcore_sm90_instances_s${schedule}}
+out=${1:-/tmp/flashcore_sm90_instances}
 mkdir -p "$out"
 for dtype in kFloat16 kBFloat16; do
   for hd in 64 128 256; do
@@ -23,14 +18,14 @@ template void flashcore::detail::run_sm90_forward<flashcore::DType::${dtype}, ${
     const flashcore::detail::AttentionParams&);
 SRC
       nvcc -std=c++17 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
-        $define -Xptxas -v -I include -I src -c "$out/$name.cu" -o "$out/$name.o" > "$out/$name.log" 2>&1
+        -Xptxas -v -I include -I src -c "$out/$name.cu" -o "$out/$name.o" > "$out/$name.log" 2>&1
       regs=$(grep -o "Used [0-9]* registers" "$out/$name.log" | head -1)
       frame=$(grep -o "[0-9]* bytes stack frame, [0-9]* bytes spill stores, [0-9]* bytes spill loads" "$out/$name.log" | head -1)
       warn=$(grep -c -i "warning" "$out/$name.log" || true)
       cuobjdump --dump-sass "$out/$name.o" > "$out/$name.sass"
       count() { grep -c "$1" "$out/$name.sass" || true; }
       maxreg=$(grep -o "\bR[0-9]\+\b" "$out/$name.sass" | tr -d R | sort -n | tail -1)
-      echo "$name (schedule $schedule): $regs, max reg R$maxreg; $frame; warnings $warn; HGMMA $(count HGMMA) UTMALDG $(count UTMALDG) UTMASTG $(count UTMASTG) SYNCS $(count SYNCS) LDL $(count 'LDL') STL $(count 'STL')"
+      echo "$name: $regs, max reg R$maxreg; $frame; warnings $warn; HGMMA $(count HGMMA) UTMALDG $(count UTMALDG) UTMASTG $(count UTMASTG) SYNCS $(count SYNCS) LDL $(count 'LDL') STL $(count 'STL')"
     done
   done
 done

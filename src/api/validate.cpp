@@ -7,10 +7,10 @@
 #include <sstream>
 
 #include "api/kernel_registry.h"
-#include "cuda/sm90/tile_config.h"
 
 #ifdef FLASHCORE_HAS_CUDA
 #include "cuda/device_info.h"
+#include "cuda/launchers.h"
 #endif
 
 namespace flashcore::detail {
@@ -218,10 +218,9 @@ std::string device_name(const Device& device) {
   return "cuda:" + std::to_string(device.index);
 }
 
-// The sm90 split-KV partials (sm90_kv_split_plan) of a call that the sm90 backend may run: a
-// Hopper device, fp16 / bf16, backend auto or sm90. Without k (the Python helpers' q-only
-// question) the plan's bound for any k: a split launch has at most one CTA per SM, each with at
-// most sm90_max_packed_block_m() rows, and splits <= kSm90MaxKvSplits.
+// The sm90 split-KV partials of a call that the sm90 backend may run: a Hopper device, fp16 /
+// bf16, backend auto or sm90. The backend sizes them (launchers.h); without k (the Python helpers'
+// q-only question) it gives its bound for any k.
 size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 #ifdef FLASHCORE_HAS_CUDA
   const TensorView &q = args.q, &k = args.k;
@@ -230,26 +229,18 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
   if (q.ndim != kAttentionRank || !half_precision || !may_run_sm90) return 0;
   const DeviceInfo& device = device_info(q.device.index);
   if (!device.present || device.cc_major != 9) return 0;
-  const int64_t batch = q.shape[0], seqlen_q = q.shape[1], heads_q = q.shape[2];
-  const int64_t head_dim = q.shape[3];
-  if (batch <= 0 || seqlen_q <= 0 || heads_q <= 0 || head_dim <= 0 || head_dim > INT_MAX ||
-      batch > INT_MAX || heads_q > INT_MAX || seqlen_q > kSm90MaxPackedSeqlenQ) {
-    return 0;
+  Sm90WorkspaceQuery query;
+  query.batch = q.shape[0];
+  query.seqlen_q = q.shape[1];
+  query.heads_q = q.shape[2];
+  query.head_dim = q.shape[3];
+  if (k.ndim == kAttentionRank) {
+    query.seqlen_k = k.shape[1];
+    query.heads_kv = k.shape[2];
   }
-  if (k.ndim != kAttentionRank) {  // no k: the bound for any k
-    const int64_t rows = batch * heads_q * seqlen_q;
-    const int64_t by_sms = int64_t(device.num_sms) * sm90_max_packed_block_m();
-    const int64_t by_splits = kSm90MaxKvSplits * rows;
-    const int64_t split_rows = by_sms < by_splits ? by_sms : by_splits;
-    return static_cast<size_t>(kSm90SplitWorkspaceOffset +
-                               split_rows * (head_dim + 1) * int64_t(sizeof(float)));
-  }
-  if (k.shape[1] > INT_MAX || k.shape[2] > INT_MAX) return 0;
-  const Sm90KvSplitPlan plan = sm90_kv_split_plan(
-      int(batch), int(heads_q), int(k.shape[2]), int(seqlen_q), int(k.shape[1]), int(head_dim),
-      needs_causal_mask(args.causal, seqlen_q), device.num_sms);
-  return static_cast<size_t>(sm90_kv_split_workspace_bytes(plan, int(batch), int(heads_q),
-                                                           int(seqlen_q), int(head_dim)));
+  query.causal_mask = needs_causal_mask(args.causal, query.seqlen_q);
+  query.num_sms = device.num_sms;
+  return sm90_split_kv_workspace_bytes(query);
 #else
   (void)args;
   return 0;

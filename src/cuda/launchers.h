@@ -5,6 +5,9 @@
 // CUDA types so that the host-compiled dispatch table can name the launchers.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+
 #include "common/params.h"
 
 namespace flashcore::detail {
@@ -16,5 +19,17 @@ void run_sm80_forward(const AttentionParams& params);
 // Launches the sm90a (wgmma + TMA) forward kernel on params.stream. Throws Error on failure.
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params);
+
+// The shape of a call the sm90 backend may run, as far as its workspace depends on it.
+struct Sm90WorkspaceQuery {
+  int64_t batch = 0, seqlen_q = 0, heads_q = 0, head_dim = 0;
+  int64_t seqlen_k = -1, heads_kv = -1;  // -1: not known yet (the bound for any k)
+  bool causal_mask = false;              // the call runs the causal kernels
+  int num_sms = 0;
+};
+
+// Bytes of the sm90 split-KV partials this call needs past the tile counters (0 when it does not
+// split); the launcher plans the split from the same function (cuda/sm90/kv_split_plan.h).
+size_t sm90_split_kv_workspace_bytes(const Sm90WorkspaceQuery& query);
 
 }  // namespace flashcore::detail

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "api/kernel_registry.h"
-#include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/tile_table.h"
 #include "gpu_runner.h"
 #include "thrown_message.h"
 
@@ -217,7 +217,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuBackend,
 // A consumer takes its KV tiles last first, so with seqlen_k = m x BLOCK_N + 1 its first tile
 // holds one key: the max that tile sets says little about the row. The lazy O rescale
 // (cuda/sm90/softmax.cuh) then meets its worst case, which failed the accuracy rule for fp16
-// before the second tile's max was taken exactly. One case per row of kSm90TileTable: the
+// before the second tile's max was taken exactly. One case per row of kSm90TuningTable: the
 // shortest such length that the row serves (seqlen_q picks the row), causal or not as the row,
 // GQA 2:1.
 class GpuSm90TileRows : public ::testing::TestWithParam<DType> {};
@@ -228,7 +228,7 @@ TEST_P(GpuSm90TileRows, OneKeyLastTileInEveryRow) {
     for (bool causal : {false, true}) {
       int served_above = 0;  // the previous row serves seqlen_q up to this
       for (int i = 0; i < detail::sm90_row_count(head_dim, causal); ++i) {
-        const detail::Sm90TileShape row = detail::sm90_tile_row(head_dim, causal, i);
+        const detail::Sm90TuningRow row = detail::sm90_tuning_row(head_dim, causal, i);
         // m x BLOCK_N + 1 > served_above with m >= 1: two tiles at least, the last with one key.
         const int blocks = std::max(1, (served_above + row.block_n - 1) / row.block_n);
         const int seqlen = blocks * row.block_n + 1;

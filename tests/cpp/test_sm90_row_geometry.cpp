@@ -57,9 +57,19 @@ void check_lengths() {
   }
 }
 
-// BLOCK_M 192 (three consumers) and 128 (two), as the tile table uses them.
-using ThreeConsumers = Sm90TileConfig<64, 128, 2, 3>;
-using TwoConsumers = Sm90TileConfig<128, 128, 2, 2>;
+// BLOCK_M 192 (three consumers) and 128 (two), as the tuning table uses them.
+struct ThreeConsumerRow {
+  static constexpr Sm90TuningRow kRow{64, false, kAnySeqlen, 128, 2, 3,
+                                      Sm90Scheduling::kPersistent, kSm90L2SectionMiB,
+                                      Sm90Switch::kNone};
+};
+struct TwoConsumerRow {
+  static constexpr Sm90TuningRow kRow{128, false, kAnySeqlen, 128, 2, 2,
+                                      Sm90Scheduling::kPersistent, kSm90L2SectionMiB,
+                                      Sm90Switch::kNone};
+};
+using ThreeConsumers = Sm90TileConfig<ThreeConsumerRow, DType::kBFloat16>;
+using TwoConsumers = Sm90TileConfig<TwoConsumerRow, DType::kBFloat16>;
 
 TEST(Sm90RowGeometry, SlabsCoverEveryRowOnceWithoutNegativeCoordinates) {
   check_lengths<ThreeConsumers, false>();
@@ -121,8 +131,8 @@ TEST(Sm90RowGeometry, KvSplitPlansCoverEveryKvBlockOnce) {
                              std::to_string(head_dim) + (causal ? " causal" : "") + " sms " +
                              std::to_string(num_sms));
                 ASSERT_TRUE(sm90_packs_query_groups(heads_q, heads_kv, seqlen_q));
-                const Sm90TileShape shape =
-                    sm90_packed_tile_shape(sm90_kernel_head_dim(head_dim), causal);
+                const Sm90TuningRow shape =
+                    sm90_packed_row(sm90_kernel_head_dim(head_dim), causal);
                 const int kv_blocks = (seqlen_k + shape.block_n - 1) / shape.block_n;
                 const int block_m = 64 * shape.consumers;
                 const int tiles =

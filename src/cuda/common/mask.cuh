@@ -29,6 +29,9 @@ struct KvTileRange {
   int end = 0;
   int first_masked = 0;
   FC_HOST_DEVICE int count() const { return end > begin ? end - begin : 0; }
+  // The tile visited at `step`: last to first, so the masked tiles (at the end) come first and a
+  // causal row's diagonal tile is its first.
+  FC_HOST_DEVICE int tile_at(int step) const { return end - 1 - step; }
 };
 
 template <bool kCausal>

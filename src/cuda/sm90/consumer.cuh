@@ -1,13 +1,8 @@
-// A consumer warpgroup of the Hopper kernel (plain schedule, stage 2): 64 query rows, every KV tile
-// in turn, no overlap between its own GEMMs and softmax.
-//
-//   wait q_full
-//   for each KV tile (last to first; masked tiles come first):
-//     wait k_full[s];  S = Q K^T          (wgmma SS, both K-major); arrive k_empty[s]
-//     mask (only tiles >= first_masked);  online softmax -> P, rescale O
-//     wait v_full[s];  O += P V           (wgmma RS, P from registers, V MN-major)
-//     arrive v_empty[s]
-//   epilogue
+// The consumer math of the Hopper kernels, shared by the general kernel's consumers
+// (consumer_overlap.cuh) and the decode kernel: the two GEMMs of a KV block, the query rows a
+// thread's accumulators hold, and the step between the GEMMs (mask, online softmax, P).
+//   S = Q K^T   wgmma SS, both K-major
+//   O += P V    wgmma RS, P from registers, V MN-major
 #pragma once
 
 #include "cuda/common/accumulator_layout.h"
@@ -15,7 +10,6 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
-#include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -28,7 +22,9 @@ struct Sm90ConsumerMath {
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kSAccRegs = kBlockN / 2;
   static constexpr int kOAccRegs = kHeadDim / 2;
-  static constexpr int kPSteps = kBlockN / 16;  // K-steps of O += P V
+  static constexpr int kWgmmaK = Config::Element::kWgmmaK;
+  static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
+  static_assert(kWgmmaK == 16, "the generated wgmma wrappers are k16 (16-bit inputs)");
   using GemmS = WgmmaM64K16<kDType, kBlockN>;
   using GemmO = WgmmaM64K16<kDType, kHeadDim>;
   static constexpr int kTransposeV = 1;  // V is [keys][head_dim]: MN-major as the B operand
@@ -38,7 +34,7 @@ struct Sm90ConsumerMath {
                                                   uint32_t k_tile) {
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kHeadDim / 16; ++k) {
+    for (int k = 0; k < kHeadDim / kWgmmaK; ++k) {
       GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
                 kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
     }
@@ -60,8 +56,7 @@ struct Sm90ConsumerMath {
 
 // The query rows this consumer thread's accumulators hold (the wgmma layout: rows warp * 16 +
 // lane / 4 and + 8, columns 2 * (lane % 4) + {0, 1} of every 8) and how far each row may look.
-// Both consumer schedules start from it.
-template <class Config, bool kCausal>
+template <class Config, class Layout, bool kCausal>
 struct Sm90ThreadRows {
   int slab_row_begin;  // first query row of this consumer's 64-row slab
   int lane_col;        // this thread's first column within each group of 8
@@ -72,7 +67,7 @@ struct Sm90ThreadRows {
     const int lane = thread_in_warpgroup % 32;
     slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
     const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
-    const MaskPolicy<kCausal> mask(params, tile.batch);
+    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
     const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
     col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
     col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));
@@ -85,9 +80,9 @@ struct Sm90ThreadRows {
 // them: in a causal tile the warps below the first row's diagonal block skip its mask (a 128-row
 // d256 tile spans two or three blocks of 80 columns). Config::kWarpMaskStart says where that
 // pays; elsewhere, and without a causal mask, the tile's first masked block.
-template <class Config, bool kCausal>
-__device__ __forceinline__ int sm90_warp_first_masked(const Sm90ThreadRows<Config, kCausal>& rows,
-                                                      const KvTileRange& kv_tiles) {
+template <class Config, class Layout, bool kCausal>
+__device__ __forceinline__ int sm90_warp_first_masked(
+    const Sm90ThreadRows<Config, Layout, kCausal>& rows, const KvTileRange& kv_tiles) {
   if constexpr (!kCausal || !Config::kWarpMaskStart) return kv_tiles.first_masked;
   // Lane 0 holds the warp's first row.
   const int warp_col_limit = __shfl_sync(0xffffffff, rows.col_limit[0], 0);
@@ -96,13 +91,14 @@ __device__ __forceinline__ int sm90_warp_first_masked(const Sm90ThreadRows<Confi
 }
 
 // Between S = Q K^T of KV block `n_block` and its P V, for consumers that take the blocks in turn
-// (the plain schedule, the decode kernel): the mask where the block needs it, the online softmax,
-// O rescaled by the moved maxima, and P as the A fragments of P V.
-template <DType kDType, class Config, bool kCausal, int kSAccRegs, int kOAccRegs, int kPSteps>
+// (the decode kernel): the mask where the block needs it, the online softmax, O rescaled by the
+// moved maxima, and P as the A fragments of P V.
+template <DType kDType, class Config, class Layout, bool kCausal, int kSAccRegs, int kOAccRegs,
+          int kPSteps>
 __device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&o)[kOAccRegs],
                                                  uint32_t (&p)[kPSteps][4],
                                                  OnlineSoftmaxRows& softmax,
-                                                 const Sm90ThreadRows<Config, kCausal>& rows,
+                                                 const Sm90ThreadRows<Config, Layout, kCausal>& rows,
                                                  const KvTileRange& kv_tiles, int n_block,
                                                  float scale_log2) {
   if (n_block >= kv_tiles.first_masked) {
@@ -113,82 +109,6 @@ __device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&
   softmax.update(s, scale_log2, correction);
   scale_rows(o, correction);
   accumulator_to_a_fragments<kDType>(s, p);
-}
-
-// How both consumer schedules end a tile: O goes out through its own staging buffer, or a V stage
-// once every consumer has read the V there (persistent CTAs, which hand Q back early), else
-// through the consumer's Q slab; then the Q phase moves on. `state.ring` is already past the
-// tile's last V.
-template <DType kDType, class Config, int kOAccRegs>
-__device__ __forceinline__ void sm90_finish_tile(float (&o)[kOAccRegs],
-                                                 const OnlineSoftmaxRows& softmax,
-                                                 const Sm90SmemLayout<Config>& smem,
-                                                 const CUtensorMap* map_o,
-                                                 const AttentionParams& params,
-                                                 const Sm90KvSplit& kv_split,
-                                                 const Sm90Tile& tile, int slab_row_begin,
-                                                 int consumer, int thread_in_warpgroup,
-                                                 Sm90TileLoopState<Config::kStages>& state,
-                                                 const Sm90QRelease& release) {
-  uint8_t* staging = smem.q_slab(consumer);
-  if (release.stages_o_in_v_ring()) {
-    const Sm90VStaging<Config::kStages> v_staging(state.ring, consumer);
-    mbarrier_wait_parity(smem.v_empty(v_staging.stage), v_staging.read_parity);
-    staging = smem.v_tile(v_staging.stage);
-  } else if (release.stages_o_in_own_buffer()) {
-    staging = smem.o_staging(consumer);
-  }
-  sm90_epilogue<kDType, Config>(o, softmax, staging, map_o, params, kv_split, tile,
-                                slab_row_begin, consumer, thread_in_warpgroup, release);
-  state.q_phase ^= 1;
-}
-
-template <DType kDType, class Config, bool kCausal>
-__device__ __forceinline__ void sm90_consume(const Sm90SmemLayout<Config>& smem,
-                                             const CUtensorMap* map_o,
-                                             const AttentionParams& params,
-                                             const Sm90KvSplit& kv_split, const Sm90Tile& tile,
-                                             const KvTileRange& kv_tiles, int consumer,
-                                             int thread_in_warpgroup,
-                                             Sm90TileLoopState<Config::kStages>& state,
-                                             const Sm90QRelease& release) {
-  using Math = Sm90ConsumerMath<kDType, Config>;
-  const Sm90ThreadRows<Config, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
-  const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
-
-  float o[Math::kOAccRegs];
-#pragma unroll
-  for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
-  OnlineSoftmaxRows softmax;
-
-  mbarrier_wait_parity(smem.q_full(), state.q_phase);
-  RingPosition<Config::kStages>& ring = state.ring;
-  const int count = kv_tiles.count();
-  if (count == 0) release.after_last_qk();
-  for (int step = 0; step < count; ++step) {
-    const int n_block = kv_tiles.end - 1 - step;
-    float s[Math::kSAccRegs];
-    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
-    Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
-    wgmma_wait_group<0>();
-    fence_accumulators(s);
-    mbarrier_arrive(smem.k_empty(ring.stage));
-    if (step == count - 1) release.after_last_qk();
-
-    uint32_t p[Math::kPSteps][4];  // P = softmaxed S
-    sm90_scores_to_p<kDType>(s, o, p, softmax, rows, kv_tiles, n_block,
-                             params.softmax_scale_log2);
-
-    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
-    Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
-    wgmma_wait_group<0>();
-    fence_accumulators(o);
-    mbarrier_arrive(smem.v_empty(ring.stage));
-    ring.advance();
-  }
-
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, rows.slab_row_begin,
-                          consumer, thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

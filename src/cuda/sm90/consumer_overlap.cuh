@@ -1,5 +1,5 @@
-// A consumer warpgroup of the Hopper kernel, stage-3 schedule: intra-warpgroup overlap plus
-// ping-pong between the two consumer warpgroups.
+// A consumer warpgroup of the Hopper kernel: intra-warpgroup overlap plus ping-pong between the
+// consumer warpgroups.
 //
 // Overlap: the QK^T of tile t+1 and the P V of tile t are issued together, in one turn.
 //
@@ -8,34 +8,29 @@
 //                       wait S_t; softmax(S_t)
 //                       (K_t released once S_t is done)
 //                       wait P V; release V_{t-1}; O *= correction_t; P_t = S_t
-//   O += P_{n-1} V_{n-1}; release; epilogue
-// The source puts the softmax between the two waits, but ptxas schedules the P V wait
-// (WARPGROUP.DEPBAR, which has no register inputs) at the top of its basic block, so in the SASS
-// the softmax of S_t starts only once P V_{t-1} has completed: what runs beside a softmax is the
-// other consumer's GEMMs. Pinning the softmax ahead of the wait (a never-taken trap on the row
-// sums) made the kernel 5% slower on the H100: in the traced timeline the softmax alone, beside
-// its warpgroup's register-sourced P V, took longer (1442 clocks) than P V wait plus softmax did
-// unpinned (1305) (dev/sm90/results/2026-11-21-h100-trace).
-// With Config::kRescaleUnderQk the O *= correction moves to just before the P V that adds to O
-// (between the two issues, FA3's order), so the multiplies run while S = Q K^T is on the tensor
-// cores instead of after P V completes.
+//   O += P_{n-1} V_{n-1}; release
+// ptxas schedules the P V wait (WARPGROUP.DEPBAR, which has no register inputs) at the top of its
+// basic block, so the softmax of S_t starts once P V_{t-1} has completed: what runs beside a
+// softmax is the other consumer's GEMMs. With Config::kRescaleUnderQk the O *= correction moves to
+// just before the P V that adds to O (between the two issues), so the multiplies run while
+// S = Q K^T is on the tensor cores.
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
-// consumer (consumer c syncs on kTurnBarrier[c] and, right after issuing, arrives on the next
+// consumer (consumer c syncs on its turn barrier and, right after issuing, arrives on the next
 // one's). The rotation lasts the CTA's life, across tiles: every consumer takes n + 1 turns per
 // tile (same n), so the rotation is in step at each tile boundary, and consumer 0 issues the next
 // tile's first S = Q K^T as soon as the last consumer has issued its last P V, under the other
-// consumers' epilogues (restarting it per tile left the tensor cores idle through every
-// consumer's epilogue). The kernel calls start() and finish() once (see PingPongTurns).
+// consumers' epilogues. The kernel calls start() and finish() once (see PingPongTurns).
+//
+// A consumer with no query row in the tile, or whose rows see no key, runs the same function
+// with kComputes = false: every barrier wait and arrival and every turn in the same order, so the
+// producer and the other consumers see one protocol, but no GEMM and no softmax. One function, so
+// the two can never drift apart (a mismatch deadlocks the CTA); two instantiations, so the
+// computing loop carries no branch of the passing one.
 //
 // `state` carries the ring position and the Q phase across tiles; `release` says when the Q slab
-// goes back to the producer (persistent schedules).
-// sm90_pass_tile_overlapped (below) repeats this function's barrier and turn sequence without
-// the math, for consumers with no query row: a change to one sequence must go into both, or the
-// CTA deadlocks (check_sm90's shapes of 1, 17, 65 and 1000 rows run that path).
-// It is a function of its own, not a branch in this loop: changes to this loop's branch layout
-// cost 2-5% (docs/kernels.md runs 43 and 45).
+// goes back to the producer (persistent schedulers).
 #pragma once
 
 #include "cuda/common/mask.cuh"
@@ -43,7 +38,7 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
-#include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -51,36 +46,31 @@
 
 namespace flashcore::detail {
 
-// Named barrier ids 5, 6, 7 (1..3 are the epilogue's, 4 is spare): consumer c's turn to issue
-// GEMMs. Each has 256 threads: the owner's sync plus the previous consumer's arrival.
-constexpr uint32_t kTurnBarrierBase = 5;
+// Each turn barrier has 256 threads: the owner's sync plus the previous consumer's arrival.
 constexpr uint32_t kTurnBarrierThreads = 256;
 
-// Turns go round 0, 1, .., kConsumers-1, 0, ... kEnabled = false turns every call into nothing
-// (the plain schedules and Sm90Schedule::kOverlapOnly).
-template <bool kEnabled, int kConsumers>
+// Turns go round 0, 1, .., kConsumers-1, 0, ...
+template <int kConsumers>
 struct PingPongTurns {
+  static_assert(kConsumers <= kSm90MaxConsumers, "one turn barrier per consumer");
   int consumer;
+  __device__ __forceinline__ static uint32_t barrier(int owner) {
+    return sm90_barrier_id(Sm90NamedBarrier::kTurnFirst, owner);
+  }
   __device__ __forceinline__ void begin() const {
-    if (kEnabled) named_barrier_sync(kTurnBarrierBase + consumer, kTurnBarrierThreads);
+    named_barrier_sync(barrier(consumer), kTurnBarrierThreads);
   }
   __device__ __forceinline__ void end() const {
-    if (kEnabled) {
-      named_barrier_arrive(kTurnBarrierBase + (consumer + 1) % kConsumers, kTurnBarrierThreads);
-    }
+    named_barrier_arrive(barrier((consumer + 1) % kConsumers), kTurnBarrierThreads);
   }
   // Once per CTA, before its first tile: the last consumer hands the first turn to consumer 0.
   __device__ __forceinline__ void start() const {
-    if (kEnabled && consumer == kConsumers - 1) {
-      named_barrier_arrive(kTurnBarrierBase + 0, kTurnBarrierThreads);
-    }
+    if (consumer == kConsumers - 1) named_barrier_arrive(barrier(0), kTurnBarrierThreads);
   }
   // Once per CTA, after its last tile: consumer 0 takes the hand-over of the last turn, so every
   // barrier ends with as many arrivals as syncs.
   __device__ __forceinline__ void finish() const {
-    if (kEnabled && consumer == 0) {
-      named_barrier_sync(kTurnBarrierBase + 0, kTurnBarrierThreads);
-    }
+    if (consumer == 0) named_barrier_sync(barrier(0), kTurnBarrierThreads);
   }
 };
 
@@ -105,27 +95,27 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
   }
 }
 
-template <DType kDType, class Config, bool kCausal, class Turns>
-__device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Config>& smem,
-                                                        const CUtensorMap* map_o,
-                                                        const AttentionParams& params,
-                                                        const Sm90KvSplit& kv_split,
-                                                        const Sm90Tile& tile,
-                                                        const KvTileRange& kv_tiles,
-                                                        int dead_blocks, int consumer,
-                                                        int thread_in_warpgroup,
-                                                        Sm90TileLoopState<Config::kStages>& state,
-                                                        const Sm90QRelease& release,
-                                                        const Turns& turns) {
+// One tile of consumer `consumer`: O and the row statistics into `o` and `softmax` (kComputes),
+// or only the tile's protocol (see the top of this file), `o` zeroed either way. The caller
+// stores O (Sm90Epilogue).
+template <bool kComputes, DType kDType, class Config, class Layout, bool kCausal, class Turns>
+__device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& smem,
+                                                  const AttentionParams& params,
+                                                  const Sm90Tile& tile,
+                                                  const KvTileRange& kv_tiles, int dead_blocks,
+                                                  int consumer, int thread_in_warpgroup,
+                                                  Sm90TileLoopState<Config::kStages>& state,
+                                                  const Sm90QRelease& release,
+                                                  const Turns& turns,
+                                                  float (&o)[Config::kHeadDim / 2],
+                                                  OnlineSoftmaxRows& softmax) {
   using Math = Sm90ConsumerMath<kDType, Config>;
-  const Sm90ThreadRows<Config, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
+  const Sm90ThreadRows<Config, Layout, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
   const float scale_log2 = params.softmax_scale_log2;
 
-  float o[Math::kOAccRegs];
 #pragma unroll
   for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
-  OnlineSoftmaxRows softmax;
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
@@ -141,7 +131,8 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
   RingPosition<Config::kStages>& ring = state.ring;
   sm90_pass_dead_blocks(smem, dead_blocks, ring, turns);
   const int num_tiles = kv_tiles.count() - dead_blocks;
-  const int first_masked = sm90_warp_first_masked(rows, kv_tiles);
+  int first_masked = 0;
+  if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
@@ -149,21 +140,25 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     sm90_trace(Sm90Event::kKReady);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
-    Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+    if constexpr (kComputes) Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     turns.end();
     sm90_trace(Sm90Event::kIssued);
-    wgmma_wait_group<0>();
-    fence_accumulators(s);
+    if constexpr (kComputes) {
+      wgmma_wait_group<0>();
+      fence_accumulators(s);
+    }
     sm90_trace(Sm90Event::kSReady);
     mbarrier_arrive(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
-    int n_block = kv_tiles.end - 1 - dead_blocks;
-    if (n_block >= first_masked) {
-      mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
-                   rows.col_limit[1]);
+    int n_block = kv_tiles.tile_at(dead_blocks);
+    if constexpr (kComputes) {
+      if (n_block >= first_masked) {
+        mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                     rows.col_limit[1]);
+      }
+      softmax.update(s, scale_log2, correction);  // O is still 0: scaling it by this is a no-op
+      accumulator_to_a_fragments<kDType>(s, p);
     }
-    softmax.update(s, scale_log2, correction);  // O is still 0: scaling it by this is a no-op
-    accumulator_to_a_fragments<kDType>(s, p);
     sm90_trace(Sm90Event::kSoftmaxDone);
 
     for (int step = 1; step < num_tiles; ++step) {
@@ -176,32 +171,40 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
       sm90_trace(Sm90Event::kVReady);
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
-      Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
-      if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
-      Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
+      if constexpr (kComputes) {
+        Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
+        if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
+        Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
+      }
       turns.end();
       sm90_trace(Sm90Event::kIssued);
 
-      wgmma_wait_group<1>();  // S done; P V may still run
-      fence_accumulators(s);
+      if constexpr (kComputes) {
+        wgmma_wait_group<1>();  // S done; P V may still run
+        fence_accumulators(s);
+      }
       sm90_trace(Sm90Event::kSReady);
       mbarrier_arrive(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
-      if (n_block >= first_masked) {
-        mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
-                     rows.col_limit[1]);
-      }
-      const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
-      const bool moved = softmax.update(s, scale_log2, correction, allowance);
-      if (kLazy) rescale = __any_sync(0xffffffff, moved);
-      sm90_trace(Sm90Event::kSoftmaxDone);
+      if constexpr (kComputes) {
+        if (n_block >= first_masked) {
+          mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                       rows.col_limit[1]);
+        }
+        const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
+        const bool moved = softmax.update(s, scale_log2, correction, allowance);
+        if (kLazy) rescale = __any_sync(0xffffffff, moved);
+        sm90_trace(Sm90Event::kSoftmaxDone);
 
-      wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
-      fence_accumulators(o);
-      sm90_trace(Sm90Event::kPvDone);
+        wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
+        fence_accumulators(o);
+        sm90_trace(Sm90Event::kPvDone);
+      }
       mbarrier_arrive(smem.v_empty(previous.stage));
-      if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
-      accumulator_to_a_fragments<kDType>(s, p);
+      if constexpr (kComputes) {
+        if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
+        accumulator_to_a_fragments<kDType>(s, p);
+      }
     }
 
     // Epilogue of the loop: P V of the last tile.
@@ -209,75 +212,20 @@ __device__ __forceinline__ void sm90_consume_overlapped(const Sm90SmemLayout<Con
     sm90_trace(Sm90Event::kVReady);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
-    if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
-    Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
+    if constexpr (kComputes) {
+      if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
+      Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
+    }
     turns.end();
     sm90_trace(Sm90Event::kIssued);
-    wgmma_wait_group<0>();
-    fence_accumulators(o);
+    if constexpr (kComputes) {
+      wgmma_wait_group<0>();
+      fence_accumulators(o);
+    }
     sm90_trace(Sm90Event::kPvDone);
     mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   }
-
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, rows.slab_row_begin,
-                          consumer, thread_in_warpgroup, state, release);
-  sm90_trace(Sm90Event::kEpilogueDone);
-}
-
-// A consumer whose 64 query rows all lie outside the sequence (the partial m-block of a length
-// that is not a multiple of BLOCK_M: 1k rows are 5 x 192 + 64 for d64, so two of that tile's
-// three consumers have no row; the last tile, or causal the first) computes nothing. It keeps
-// every barrier wait and arrival and every ping-pong turn of sm90_consume_overlapped in the same
-// order, so the producer and the other consumers see the same protocol, but issues no GEMM and
-// no softmax: the live consumers' GEMMs no longer queue behind its own. The epilogue stores
-// nothing for it (sm90_slab_has_rows) and hands its staging buffer back as usual.
-template <DType kDType, class Config, class Turns>
-__device__ __forceinline__ void sm90_pass_tile_overlapped(const Sm90SmemLayout<Config>& smem,
-                                                          const CUtensorMap* map_o,
-                                                          const AttentionParams& params,
-                                                          const Sm90KvSplit& kv_split,
-                                                          const Sm90Tile& tile,
-                                                          const KvTileRange& kv_tiles,
-                                                          int slab_row_begin, int consumer,
-                                                          int thread_in_warpgroup,
-                                                          Sm90TileLoopState<Config::kStages>& state,
-                                                          const Sm90QRelease& release,
-                                                          const Turns& turns) {
-  float o[Config::kHeadDim / 2];
-#pragma unroll
-  for (int i = 0; i < Config::kHeadDim / 2; ++i) o[i] = 0.0f;
-  const OnlineSoftmaxRows softmax;
-
-  mbarrier_wait_parity(smem.q_full(), state.q_phase);
-  const int num_tiles = kv_tiles.count();
-  if (num_tiles == 0) release.after_last_qk();
-  if (num_tiles > 0) {
-    RingPosition<Config::kStages>& ring = state.ring;
-    mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);  // first S's turn
-    turns.begin();
-    turns.end();
-    mbarrier_arrive(smem.k_empty(ring.stage));
-    if (num_tiles == 1) release.after_last_qk();
-    for (int step = 1; step < num_tiles; ++step) {  // S_t and P V_{t-1}'s turns
-      const RingPosition<Config::kStages> previous = ring;
-      ring.advance();
-      mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
-      mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
-      turns.begin();
-      turns.end();
-      mbarrier_arrive(smem.k_empty(ring.stage));
-      if (step == num_tiles - 1) release.after_last_qk();
-      mbarrier_arrive(smem.v_empty(previous.stage));
-    }
-    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);  // the last P V's turn
-    turns.begin();
-    turns.end();
-    mbarrier_arrive(smem.v_empty(ring.stage));
-    ring.advance();
-  }
-  sm90_finish_tile<kDType>(o, softmax, smem, map_o, params, kv_split, tile, slab_row_begin,
-                          consumer, thread_in_warpgroup, state, release);
 }
 
 }  // namespace flashcore::detail

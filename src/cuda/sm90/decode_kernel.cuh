@@ -13,12 +13,8 @@
 //
 // Why a kernel of its own: the general kernel (kernel.cuh) is built for long tiles (a producer
 // warpgroup, two consumers taking turns, a persistent tile loop with its hand-offs, O staged for a
-// TMA store). A decode split visits one or two KV blocks, so that machinery is the CTA's whole
-// life: on the H100 its attention kernel took 10.2 us at batch-1 decode with 1k keys (ncu)
-// against cuDNN's 7.8 for the same 64 CTAs of work, the time spread over the prologue, the Q
-// wait, the math and the epilogue (dev/sm90/results/2026-11-21-h100-decode-anatomy). In CUDA
-// graphs this kernel took batch-1 decode from 8.5 to 6.6 us a call at 1k keys, 11.1 to 8.6 at
-// 4k, and batch 16 at 1k from 26.5 to 26.1 (docs/kernels.md, runs 74 and 75).
+// TMA store). A decode split visits one or two KV blocks, so that machinery would be the CTA's
+// whole life (docs/kernels.md, "decode kernel").
 // The combine kernel (split_combine.cuh) merges the splits as before; tiles, splits, tensor maps
 // and the workspace layout are the general packed kernel's (Config is its configuration). Of its
 // 64-row slabs only the one that holds the rows is computed, so the launcher sends calls with
@@ -39,16 +35,17 @@
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
 #include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 
 namespace flashcore::detail {
 
 constexpr int kSm90DecodeThreads = 128;  // one warpgroup: the wgmma M of 64 rows
-// Named barrier id 1: every thread's GEMMs on a K/V stage completed before thread 0 reloads it.
-constexpr uint32_t kSm90DecodeStageBarrier = 1;
 
 // Dynamic shared memory of the decode kernel: [Q slab][K stages][V stages][barriers], each tile
 // on a 1024-byte swizzle atom.
@@ -80,20 +77,20 @@ struct Sm90DecodeSmem {
 };
 
 // K and V of the KV block visited at `step` (last block first) into stage step % kStages.
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
                                                     const CUtensorMap* map_k,
                                                     const CUtensorMap* map_v,
                                                     const Sm90Tile& tile,
                                                     const KvTileRange& kv_tiles, int step) {
   const int stage = step % Config::kStages;
-  const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
+  const int n_block = kv_tiles.tile_at(step);
   mbarrier_arrive_expect_tx(smem.k_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config>(smem.k(stage), map_k, smem.k_full(stage), n_begin, tile.head,
-                             tile.batch);
+  sm90_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), n_block, tile.head,
+                                     tile.batch);
   mbarrier_arrive_expect_tx(smem.v_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config>(smem.v(stage), map_v, smem.v_full(stage), n_begin, tile.head,
-                             tile.batch);
+  sm90_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), n_block, tile.head,
+                                     tile.batch);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse: a thread's two rows, two
@@ -126,8 +123,8 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
 
 // kWritesSplits: the launch splits the keys (partials for the combine kernel), else every tile
 // writes out itself. Two kernels, so that the split one carries no unsplit epilogue: with it,
-// batch-1 decode ran 0.1-0.2 us slower a call on the H100 (194 registers against 179).
-template <DType kDType, class Config, bool kCausal, bool kWritesSplits>
+// batch-1 decode ran slower (more registers: docs/kernels.md).
+template <class Config, class Layout, bool kCausal, bool kWritesSplits>
 __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     sm90_decode_kernel(const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_k,
@@ -135,6 +132,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
                        const __grid_constant__ AttentionParams params, const Sm90KvSplit kv_split) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(Config::kPacksGroups, "the decode kernel runs packed tiles");
+  constexpr DType kDType = Config::kDType;
   using Math = Sm90ConsumerMath<kDType, Config>;
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90DecodeSmem<Config> smem(dynamic_smem);
@@ -154,23 +152,23 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   if (kv_split.early_dependents) grid_dependency_launch_dependents();
   grid_dependency_wait();
 
-  const Sm90TileOrder<Config, kCausal> tile_order(params);
+  const Sm90TileOrder<Config, Layout, kCausal> tile_order(params);
   const Sm90Tile tile = tile_order.tile(params, blockIdx.x);
-  const MaskPolicy<kCausal> mask(params, tile.batch);
+  const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
   const KvTileRange kv_tiles = sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
   if (thread == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
-    sm90_load_q_slab<Config>(smem.q(), &map_q, smem.q_full(), tile, slab_row_begin,
-                             tile_order.group_shift);
+    sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), tile, slab_row_begin,
+                                     tile_order.group_shift);
     for (int step = 0; step < count && step < Config::kStages; ++step) {
-      sm90_decode_load_kv(smem, &map_k, &map_v, tile, kv_tiles, step);
+      sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, tile, kv_tiles, step);
     }
   }
 
-  const Sm90ThreadRows<Config, kCausal> rows(params, tile, slab, thread);
+  const Sm90ThreadRows<Config, Layout, kCausal> rows(params, tile, slab, thread);
   float o[Math::kOAccRegs];
 #pragma unroll
   for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
@@ -180,7 +178,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   for (int step = 0; step < count; ++step) {
     const int stage = step % Config::kStages;
     const uint32_t phase = (step / Config::kStages) & 1;
-    const int n_block = kv_tiles.end - 1 - step;
+    const int n_block = kv_tiles.tile_at(step);
     float s[Math::kSAccRegs];
     mbarrier_wait_parity(smem.k_full(stage), phase);
     Math::issue_qk(s, q_slab, smem_u32(smem.k(stage)));
@@ -194,9 +192,10 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     wgmma_wait_group<0>();
     fence_accumulators(o);
     if (step + Config::kStages < count) {  // this stage takes the block kStages further on
-      named_barrier_sync(kSm90DecodeStageBarrier, kSm90DecodeThreads);
+      named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree), kSm90DecodeThreads);
       if (thread == 0) {
-        sm90_decode_load_kv(smem, &map_k, &map_v, tile, kv_tiles, step + Config::kStages);
+        sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, tile, kv_tiles,
+                                            step + Config::kStages);
       }
     }
   }
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   const int lane = thread % 32;
   const int row0 = (thread / 32) * 16 + lane / 4;
   const int group_shift = tile_order.group_shift;
-  const int query_rows = sm90_query_rows(params, tile.batch, group_shift);
+  const int query_rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
   if constexpr (kWritesSplits) {
     sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
                              group_shift, query_rows);

@@ -19,15 +19,19 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/sequence_layout.h"
+#include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
 
-// Named barrier ids 1, 2 (and 3 with three consumers): the epilogue of each consumer warpgroup
-// (128 threads each).
-constexpr uint32_t kEpilogueBarrierBase = 1;
+// Consumer c's epilogue barrier (its 128 threads).
+__device__ __forceinline__ uint32_t sm90_epilogue_barrier(int consumer) {
+  return sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer);
+}
 
 // One split of a split-KV tile (packed kernels): its O, normalized by its own row sums, and its
 // lse go to the workspace in fp32 for the combine kernel, which writes out and lse. Columns past
@@ -55,7 +59,7 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
   });
 }
 
-template <DType kDType, class Config, int kOAccRegs>
+template <DType kDType, class Config, class Layout, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
                                               uint8_t* o_staging, const CUtensorMap* map_o,
@@ -68,7 +72,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   const int lane = thread_in_warpgroup % 32;
   const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
   const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
-  const int query_rows = sm90_query_rows(params, batch, group_shift);
+  const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
 
   float inv_sum[2], lse[2];
   softmax.finalize(inv_sum, lse);
@@ -98,7 +102,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 
   if (release.stages_o_in_own_buffer()) {  // the previous tile's O store must have read it
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
-    named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+    named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   }
 #pragma unroll
   for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
@@ -111,17 +115,18 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
-  named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+  named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   if (thread_in_warpgroup == 0) {
     if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split) {
+      const TmaRowCoord at =
+          Layout::q_row(batch, head, sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
         if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
-          tma_store_5d(map_o, src, block * Config::kBoxCols, 0,
-                       sm90_row_position(slab_row_begin, group_shift), head, batch);
+          tma_store_5d(map_o, src, block * Config::kBoxCols, 0, at.row, at.head, at.batch);
         } else {
-          tma_store_4d(map_o, src, block * Config::kBoxCols, slab_row_begin, head, batch);
+          tma_store_4d(map_o, src, block * Config::kBoxCols, at.row, at.head, at.batch);
         }
       }
       tma_store_commit_group();
@@ -134,9 +139,40 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
   if (uint64_t* read_barrier = release.staging_read_barrier()) {
     // Every thread learns that the store has read the buffer, then hands it back itself.
-    named_barrier_sync(kEpilogueBarrierBase + consumer, Config::kThreadsPerWarpgroup);
+    named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
     mbarrier_arrive(read_barrier);
   }
 }
+
+// The general kernel's epilogue policy: how a consumer ends a tile. O goes out through its own
+// staging buffer, or a V stage once every consumer has read the V there (persistent CTAs, which
+// hand Q back early), else through the consumer's Q slab; then the Q phase moves on.
+// `state.ring` is already past the tile's last V.
+template <DType kDType, class Config, class Layout>
+struct Sm90Epilogue {
+template <int kOAccRegs>
+__device__ __forceinline__ static void store(float (&o)[kOAccRegs],
+                                                 const OnlineSoftmaxRows& softmax,
+                                                 const Sm90SmemLayout<Config>& smem,
+                                                 const CUtensorMap* map_o,
+                                                 const AttentionParams& params,
+                                                 const Sm90KvSplit& kv_split,
+                                                 const Sm90Tile& tile, int slab_row_begin,
+                                                 int consumer, int thread_in_warpgroup,
+                                                 Sm90TileLoopState<Config::kStages>& state,
+                                                 const Sm90QRelease& release) {
+  uint8_t* staging = smem.q_slab(consumer);
+  if (release.stages_o_in_v_ring()) {
+    const Sm90VStaging<Config::kStages> v_staging(state.ring, consumer);
+    mbarrier_wait_parity(smem.v_empty(v_staging.stage), v_staging.read_parity);
+    staging = smem.v_tile(v_staging.stage);
+  } else if (release.stages_o_in_own_buffer()) {
+    staging = smem.o_staging(consumer);
+  }
+  sm90_epilogue<kDType, Config, Layout>(o, softmax, staging, map_o, params, kv_split, tile,
+                                slab_row_begin, consumer, thread_in_warpgroup, release);
+  state.q_phase ^= 1;
+}
+};
 
 }  // namespace flashcore::detail

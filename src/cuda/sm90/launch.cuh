@@ -1,13 +1,12 @@
-// Host launcher of the Hopper kernel: picks the tile-table row for this call's head_dim, mask and
-// seqlen_q (or the packed GQA kernel for short queries), builds the four tensor maps, raises the
-// kernel's dynamic shared-memory limit once, and launches on params.stream one CTA per output
-// tile (or, for persistent rows, one per SM taking tiles in a fixed stride or, causal, claiming
-// them through the workspace counters, which it zeroes on the stream first). Packed calls launch
-// as programmatic dependents of the kernel before them (launch_dependent.h); those with too few
-// tiles split their keys and launch the combine kernel after, and those of at most 64 rows a
-// tile that fit the SMs run the decode kernel (decode_kernel.cuh). Throws Error for anything it
-// cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
-// calls to sm80).
+// Host launcher of the Hopper kernel: picks the tuning row for this call's head_dim, mask and
+// seqlen_q (or the packed GQA kernel for short queries), builds the four tensor maps from the
+// sequence layout, raises the kernel's dynamic shared-memory limit once, and launches on
+// params.stream as many CTAs as the row's scheduler asks for (zeroing the caller's tile counters
+// first when it claims tiles). Packed calls launch as programmatic dependents of the kernel
+// before them (launch_dependent.h); those with too few tiles split their keys and launch the
+// combine kernel after, and those of at most 64 rows a tile that fit the SMs run the decode
+// kernel (decode_kernel.cuh). Throws Error for anything it cannot run, e.g. strides a tensor map
+// cannot describe (auto selection already sends those calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +23,8 @@
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/launch_dependent.h"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/scheduler.cuh"
+#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "cuda/sm90/tile_config.h"
@@ -65,11 +66,11 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
 
 // The decode kernel (decode_kernel.cuh) of a packed call: one CTA per tile and split, as a
 // programmatic dependent of the kernel before it.
-template <DType kDType, class Config, bool kCausal, bool kWritesSplits>
+template <class Config, class Layout, bool kCausal, bool kWritesSplits>
 void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                         const CUtensorMap& map_k, const CUtensorMap& map_v,
                         const Sm90KvSplit& kv_split, int64_t num_tiles) {
-  constexpr auto kernel = sm90_decode_kernel<kDType, Config, kCausal, kWritesSplits>;
+  constexpr auto kernel = sm90_decode_kernel<Config, Layout, kCausal, kWritesSplits>;
   constexpr int kSmemBytes = Sm90DecodeSmem<Config>::kBytes;
   raise_dynamic_smem_limit_once<kernel>(kSmemBytes, params.device_index);
   FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(num_tiles),
@@ -77,13 +78,12 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                                              map_q, map_k, map_v, params, kv_split));
 }
 
-// The kernel with an explicit tile configuration and consumer schedule (dev/sm90/check_sm90 runs
-// both schedules and sweeps tile configurations).
-template <DType kDType, class Config, bool kCausal, Sm90Schedule kSchedule>
+// The kernel of an explicit tile configuration (tuning sweeps in dev/ pass rows of their own).
+template <class Config, bool kCausal, class Layout = Sm90DenseLayout,
+          class Scheduler = typename Sm90SchedulerFor<Config, Layout, kCausal>::type>
 void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr int kHeadDim = Config::kHeadDim;
-  static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
-                "the sm90 kernel takes fp16 or bf16");
+  constexpr DType kDType = Config::kDType;
   if (sm90_kernel_head_dim(params.head_dim) != kHeadDim) {
     throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
                 " called with head_dim " + std::to_string(params.head_dim));
@@ -106,7 +106,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
   }
   Sm90KvSplit kv_split = sm90_kv_split_of<Config>(params, num_sms);
-  const int64_t num_tiles = sm90_num_tiles<Config>(params, kv_split.splits);
+  const int64_t num_tiles = sm90_num_tiles<Config, Layout>(params, kv_split.splits);
   if (num_tiles > INT_MAX) {
     throw Error("sm90 backend: " + std::to_string(num_tiles) +
                 " output tiles (batch x heads_q x seqlen_q / BLOCK_M) exceed the grid limit " +
@@ -122,14 +122,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
       return make_bshd_tensor_map(tensor, kDType, Config::kRowsPerConsumer);
     }
   };
-  const CUtensorMap map_q =
-      q_or_o_map({"q", params.q, head_dim, params.seqlen_q, params.heads_q, params.batch,
-                  params.q_row_stride, params.q_head_stride, params.q_batch_stride});
-  BshdTensor k{"k", params.k, head_dim, params.seqlen_k, params.heads_kv, params.batch,
-               params.k_row_stride, params.k_head_stride, params.k_batch_stride};
-  BshdTensor v{"v", params.v, head_dim, params.seqlen_k, params.heads_kv, params.batch,
-               params.v_row_stride, params.v_head_stride, params.v_batch_stride};
-  if (params.seqlen_k == 0) {
+  const CUtensorMap map_q = q_or_o_map(Layout::q_tensor(params));
+  BshdTensor k = Layout::k_tensor(params);
+  BshdTensor v = Layout::v_tensor(params);
+  if (Layout::max_seqlen_k(params) == 0) {
     // No KV tile is ever loaded (every row gets out = 0, lse = -inf), but the maps must still
     // encode: point them at one row of q, which exists.
     k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, head_dim, 1, 1, 1,
@@ -139,18 +135,11 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
   // Built for every call, the decode kernel's too: its encode checks out's pointer and strides
   // (16-byte multiples), which that kernel's paired 16-bit stores rely on.
-  const CUtensorMap map_o =
-      q_or_o_map({"out", params.out, head_dim, params.seqlen_q, params.heads_q, params.batch,
-                  params.o_row_stride, params.o_head_stride, params.o_batch_stride});
+  const CUtensorMap map_o = q_or_o_map(Layout::o_tensor(params));
 
-  int64_t grid = num_tiles;
-  if constexpr (sm90_is_persistent(kSchedule)) {
-    grid = num_tiles < num_sms ? num_tiles : num_sms;  // one CTA per SM (smem allows no more)
-  }
-  // The combine launches at the attention kernel's start only onto SMs that grid leaves idle.
-  // H100, decode replayed as graphs, batch 1: early with 32-64 attention CTAs -1.0..-1.5 us a
-  // call (1k keys); early with 128 (4k, 16k keys, MHA) +0.5..+1.0 us, its 32 CTAs crowded
-  // onto the 4 idle SMs (dev/sm90/results/2026-11-21-h100-pdl).
+  const int64_t grid = Scheduler::grid_size(num_tiles, num_sms);
+  // The combine launches at the attention kernel's start only onto SMs that grid leaves idle
+  // (crowded onto a few idle SMs it ran slower than launched late: docs/kernels.md).
   if (kv_split.splits > 1) {
     kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
@@ -158,10 +147,12 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   // tiles. Packed launches are programmatic dependents of the kernel before them
   // (launch_dependent.h), whose end then overlaps their prologue.
   const auto launch_forward_kernel = [&] {
-    constexpr auto kernel = sm90_forward_kernel<kDType, Config, kCausal, kSchedule>;
+    using Mainloop = Sm90Mainloop<Config, Layout, kCausal>;
+    using Epilogue = Sm90Epilogue<kDType, Config, Layout>;
+    constexpr auto kernel = sm90_forward_kernel<Layout, Mainloop, Epilogue, Scheduler>;
     raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
     Sm90TileCounters tile_counters;
-    if constexpr (sm90_claims_tiles(kSchedule, kCausal)) {
+    if constexpr (Scheduler::kClaimsTiles) {
       tile_counters = sm90_tile_counters(params);
       if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
         FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
@@ -188,10 +179,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     if (num_tiles <= num_sms &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
       if (kv_split.splits > 1) {
-        launch_sm90_decode<kDType, Config, kCausal, true>(params, map_q, map_k, map_v, kv_split,
+        launch_sm90_decode<Config, Layout, kCausal, true>(params, map_q, map_k, map_v, kv_split,
                                                           num_tiles);
       } else {
-        launch_sm90_decode<kDType, Config, kCausal, false>(params, map_q, map_k, map_v,
+        launch_sm90_decode<Config, Layout, kCausal, false>(params, map_q, map_k, map_v,
                                                            kv_split, num_tiles);
       }
     } else {
@@ -203,30 +194,26 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
 }
 
-// Row kRow of the tile table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the
+// Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the
 // next row. Each row is one kernel instantiation in the instance's translation unit.
 template <DType kDType, int kHeadDim, bool kCausal, int kRow>
 void run_sm90_forward_from_row(const AttentionParams& params) {
-  constexpr Sm90TileShape kShape = sm90_tile_row(kHeadDim, kCausal, kRow);
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal)) {
-    if (params.seqlen_q > kShape.max_seqlen_q) {
+    if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow).max_seqlen_q) {
       run_sm90_forward_from_row<kDType, kHeadDim, kCausal, kRow + 1>(params);
       return;
     }
   }
-  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers,
-                                kShape.l2_reuse_mib>;
-  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
+  run_sm90_forward_configured<Sm90TableConfig<kHeadDim, kCausal, kRow, kDType>, kCausal>(params);
 }
 
-// Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_tile_shape names, its kernel
-// built with Config::kPacksGroups.
+// Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built
+// with Config::kPacksGroups.
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward_packed(const AttentionParams& params) {
-  constexpr Sm90TileShape kShape = sm90_packed_tile_shape(kHeadDim, kCausal);
-  using Config = Sm90TileConfig<kHeadDim, kShape.block_n, kShape.stages, kShape.consumers,
-                                kShape.l2_reuse_mib, /*kPacksGroups_=*/true>;
-  run_sm90_forward_configured<kDType, Config, kCausal, sm90_default_schedule(kShape)>(params);
+  using Config = Sm90TableConfig<kHeadDim, kCausal, kSm90PackedRowIndex, kDType,
+                                 /*kPacksGroups=*/true>;
+  run_sm90_forward_configured<Config, kCausal>(params);
 }
 
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this

@@ -1,7 +1,7 @@
-// Bookkeeping shared by the producer and the consumers of the Hopper kernel: which output tile a
-// CTA computes, and the position in the K/V stage ring. Both roles derive their loop bounds from
-// the same functions here and from MaskPolicy::kv_tiles, so they can never disagree on a trip
-// count.
+// Bookkeeping shared by the producer and the consumers of the Hopper kernel: a tile's rows and
+// KV blocks, the split-KV partials, and the position in the K/V stage ring. Both roles derive
+// their loop bounds from the same functions here and from MaskPolicy::kv_tiles, so they can never
+// disagree on a trip count. Which tile a CTA computes next is the scheduler's (scheduler.cuh).
 #pragma once
 
 #include <cstdint>
@@ -13,8 +13,9 @@
 
 namespace flashcore::detail {
 
+// One output tile: what a scheduler hands out and the consumers compute.
 struct Sm90Tile {
-  int m_block;    // which BLOCK_M rows of the query sequence
+  int m_block;    // which BLOCK_M rows of the query sequence (< 0: no further tile)
   int head;       // query head (packed tiles: KV head)
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
@@ -96,8 +97,9 @@ __device__ __forceinline__ void sm90_for_each_thread_row(const Sm90Tile& tile, i
 }
 
 // Rows of a (batch, head or KV group)'s query block sequence.
+template <class Layout>
 FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
-  return params.seqlen_q_of(batch) << group_shift;
+  return Layout::seqlen_q(params, batch) << group_shift;
 }
 
 // The heads that tiles run over: query heads, or packed, KV heads.
@@ -108,17 +110,18 @@ FC_HOST_DEVICE int sm90_tile_heads(const AttentionParams& params) {
 
 // BLOCK_M-row blocks of the query sequence: the one count the launcher, the tile order and the
 // producer's loop bound all derive from.
-template <class Config>
+template <class Config, class Layout>
 FC_HOST_DEVICE int sm90_m_blocks(const AttentionParams& params) {
-  return ceil_div(params.seqlen_q << sm90_group_shift<Config>(params), Config::kBlockM);
+  return ceil_div(Layout::max_seqlen_q(params) << sm90_group_shift<Config>(params),
+                  Config::kBlockM);
 }
 
 // Number of output tiles, each split of a split-KV launch counted as a tile: CTAs of a
 // one-tile-per-CTA launch, claims of a persistent one.
-template <class Config>
+template <class Config, class Layout>
 FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params, int kv_splits = 1) {
-  const int64_t tiles =
-      int64_t(sm90_m_blocks<Config>(params)) * sm90_tile_heads<Config>(params) * params.batch;
+  const int64_t tiles = int64_t(sm90_m_blocks<Config, Layout>(params)) *
+                        sm90_tile_heads<Config>(params) * params.batch;
   return Config::kPacksGroups ? tiles * kv_splits : tiles;
 }
 
@@ -152,132 +155,6 @@ __device__ __forceinline__ int sm90_dead_blocks(const MaskPolicy<kCausal>& mask,
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
   return mask.trailing_hidden_tiles(kv_tiles, sm90_row_position(slab_row_begin, group_shift),
                                     Config::kRowsPerConsumer >> group_shift, Config::kBlockN);
-}
-
-// How many (head, batch) pairs one L2 section holds: their K and V together fit kL2ReuseBytes.
-// Query heads of one KV group count once (they read the same K/V); packed tiles run over KV
-// heads already.
-template <class Config>
-FC_HOST_DEVICE int sm90_heads_per_section(const AttentionParams& params) {
-  const int64_t kv_bytes = int64_t(params.seqlen_k) * Config::kHeadDim * 2 * Config::kElementBytes;
-  const int group =
-      Config::kPacksGroups ? 1 : params.heads_kv > 0 ? params.heads_q / params.heads_kv : 1;
-  const int64_t kv_heads = kv_bytes > 0 ? Config::kL2ReuseBytes / kv_bytes : Config::kL2ReuseBytes;
-  const int64_t heads = (kv_heads > 0 ? kv_heads : 1) * (group > 0 ? group : 1);
-  const int64_t total = int64_t(sm90_tile_heads<Config>(params)) * params.batch;
-  return static_cast<int>(heads < total ? heads : total);
-}
-
-// The launch's tile order. The (head, batch) pairs are cut into L2 sections (consecutive query
-// heads, so a GQA group stays together); sections run one after another, and inside a section the
-// m-block is the slowest coordinate and runs backwards: the blocks with the most keys to visit
-// under a causal mask start first, and the CTAs running at one time read the K/V of few heads, so
-// those stay in the L2 (with every (head, batch) in one section, short sequences made 132 CTAs
-// stream 132 different K/V from memory). Built once per CTA: the section size takes a 64-bit
-// division, which the producer used to repeat for every tile between claiming it and loading it.
-//
-// Non-causal unpacked launches put the m-block fastest instead (the sections then leave the
-// order as it is): consecutive CTAs compute the blocks of one head. The hardware places
-// consecutive CTAs on one group of SMs, a GPC by its size (dev/sm90/smid_map.cu on an H100 and
-// an H200: runs of 7-8 blocks on a group's even, then its odd SMs), and reads of the same
-// sectors from one GPC at about the same time are merged before the L2 (the L2 request
-// coalescer). H100, d128 1k under ncu: L2 read sectors from the GPCs 39.0 M -> 24.4 M (cuDNN's
-// kernel 20.3 M), the kernel 277.4 -> 271.9 us (run 79). Causal launches keep the m-block
-// slowest (longest first): their CTAs visit a head's K/V from their own diagonal down, so the
-// blocks of one head never read the same K/V at the same time anyway.
-// With a partial block the m-block of a persistent CTA's tiles would repeat with the stride
-// (132 = 6 x 22 = 11 x 12: d64 at 1k, d128 at 2k), so the same CTAs would draw every short
-// tile. The m-blocks of a head therefore rotate by the round (stride) their first tile is in:
-// each CTA draws every m-block in turn.
-template <class Config, bool kCausal>
-struct Sm90TileOrder {
-  int group_shift;  // sm90_group_shift
-  int m_blocks;
-  int heads_times_batch;
-  int per_section;  // (head, batch) pairs per L2 section
-  static constexpr bool kMBlockFastest = !kCausal && !Config::kPacksGroups;
-
-  __device__ __forceinline__ explicit Sm90TileOrder(const AttentionParams& params)
-      : group_shift(sm90_group_shift<Config>(params)),
-        m_blocks(sm90_m_blocks<Config>(params)),
-        heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
-        per_section(sm90_heads_per_section<Config>(params)) {}
-
-  // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
-  // the split is the slowest coordinate.
-  __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
-    int kv_split = 0;
-    if constexpr (Config::kPacksGroups) {
-      const int tiles_per_split = m_blocks * heads_times_batch;
-      kv_split = index / tiles_per_split;
-      index -= kv_split * tiles_per_split;
-    }
-    const int section = index / (per_section * m_blocks);
-    const int first_pair = section * per_section;
-    const int pairs = min(per_section, heads_times_batch - first_pair);
-    const int rest = index - first_pair * m_blocks;
-    Sm90Tile tile;
-    int pair;
-    if constexpr (kMBlockFastest) {
-      pair = first_pair + rest / m_blocks;
-      const int in_head = rest % m_blocks;
-      // The round (stride of gridDim.x) that the head's first tile falls in.
-      const int round = (index - in_head) / static_cast<int>(gridDim.x);
-      tile.m_block = m_blocks - 1 - (in_head + round) % m_blocks;
-    } else {
-      pair = first_pair + rest % pairs;
-      tile.m_block = m_blocks - 1 - rest / pairs;
-    }
-    tile.head = pair % sm90_tile_heads<Config>(params);
-    tile.batch = pair / sm90_tile_heads<Config>(params);
-    tile.row_begin = sm90_block_row_begin<Config, kCausal>(
-        tile.m_block, sm90_query_rows(params, tile.batch, group_shift));
-    tile.kv_split = kv_split;
-    return tile;
-  }
-};
-
-// Persistent schedules: a CTA's first tile is blockIdx.x, every further one the next in a fixed
-// stride of gridDim.x (no mask: all tiles cost the same) or, causal (sm90_claims_tiles), the next
-// unclaimed tile of the launch (gridDim.x + a global atomic counter), so CTAs that drew short
-// causal tiles take more of them. The producer thread claims each index and publishes the decoded
-// tile to the consumers through the tile slot in shared memory. counter[0] counts claims,
-// counter[1] CTAs done claiming; the last of those resets both, so the counters are ready for a
-// later launch.
-//
-// Where the counters live: the caller's workspace (zeroed on the stream by the launcher just
-// before the launch, see AttentionArgs::workspace), or else one slot of a static pool. The pool
-// is a __device__ array, zeroed when the module loads: no allocation, no host sync, nothing that
-// breaks graph capture. `static` gives every instance TU its own pool (no duplicate symbols
-// without -rdc). The launcher hands out pool slots round-robin and passes the slot index, so the
-// kernel finds the address itself (no cudaGetSymbolAddress on the host, which capture would not
-// like).
-// Limit: two launches in flight at once on the same slot share counters and skip or repeat tiles.
-// Eager launches meet only 256 launches apart, but a captured graph keeps its slot for every
-// replay (one graph replayed on two streams at once, or beside a later launch that wraps onto its
-// slot): callers with overlapping launches pass a workspace.
-inline constexpr int kSm90TileCounterPoolSlots = 256;  // pool launches in flight before a reuse
-static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots * kTileCounterCount];
-
-struct Sm90TileCounters {
-  uint32_t* workspace = nullptr;  // the caller's zeroed counters, or nullptr: use the pool slot
-  uint32_t pool_slot = 0;         // < kSm90TileCounterPoolSlots
-
-  __device__ __forceinline__ uint32_t* get() const {
-    return workspace != nullptr ? workspace
-                                : sm90_tile_counter_pool + kTileCounterCount * pool_slot;
-  }
-};
-
-__device__ __forceinline__ int sm90_claim_next_tile(uint32_t* counter) {
-  return static_cast<int>(gridDim.x + atomicAdd(counter, 1u));
-}
-__device__ __forceinline__ void sm90_finish_claims(uint32_t* counter) {
-  __threadfence();
-  if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
-    atomicExch(counter, 0u);
-    atomicExch(counter + 1, 0u);
-  }
 }
 
 // Position in the ring of K/V stages: the stage to use and the parity of the barrier phase that

@@ -15,6 +15,7 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/trace.cuh"
 
@@ -30,40 +31,43 @@ struct Sm90TensorMaps {
 // One 64-row slab of Q (every column block) into `dst`, completing on `barrier`; the caller
 // expects its bytes. Packed tiles (5-D map over (head_dim, head in group, seqlen, KV head,
 // batch)): the slab is 64 >> group_shift positions of every head of the group.
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap* map_q,
                                                  uint64_t* barrier, const Sm90Tile& tile,
                                                  int slab_row_begin, int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
+  const TmaRowCoord at =
+      Layout::q_row(tile.batch, tile.head, sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
     if constexpr (Config::kPacksGroups) {
-      tma_load_5d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols, 0,
-                  sm90_row_position(slab_row_begin, group_shift), tile.head, tile.batch);
+      tma_load_5d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols, 0, at.row,
+                  at.head, at.batch);
     } else {
-      tma_load_4d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols,
-                  slab_row_begin, tile.head, tile.batch);
+      tma_load_4d(dst + block * kBoxBytesQ, map_q, barrier, block * Config::kBoxCols, at.row,
+                  at.head, at.batch);
     }
   }
 }
 
-// One KV block of K or V (every column block, keys from n_begin) into `dst`, completing on
-// `full`; the caller expects its bytes.
-template <class Config>
+// KV block `n_block` of K or V (every column block) into `dst`, completing on `full`; the
+// caller expects its bytes. Shared by the general and the decode kernel's producers.
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorMap* map,
-                                                   uint64_t* full, int n_begin, int kv_head,
+                                                   uint64_t* full, int n_block, int kv_head,
                                                    int batch) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
+  const TmaRowCoord at = Layout::kv_row(batch, kv_head, n_block * Config::kBlockN);
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, n_begin, kv_head,
-                batch);
+    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, at.row, at.head,
+                at.batch);
   }
 }
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
 // sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
                                             const Sm90TensorMaps& maps, const Sm90Tile& tile,
                                             int group_shift) {
@@ -73,58 +77,47 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 #pragma unroll
   for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
     if (consumer < slabs_before_row_0) continue;
-    sm90_load_q_slab<Config>(smem.q_slab(consumer), maps.q, smem.q_full(), tile,
+    sm90_load_q_slab<Config, Layout>(smem.q_slab(consumer), maps.q, smem.q_full(), tile,
                              sm90_slab_row_begin<Config>(tile, consumer), group_shift);
   }
 }
 
-// Writes `tile` into the slot the consumers read it from. Only packed kernels split the KV
-// blocks: the others leave the split word alone, and their stores stay the four of before.
-template <class Config>
-__device__ __forceinline__ void sm90_publish_tile(Sm90Tile* slot, const Sm90Tile& tile) {
-  slot->m_block = tile.m_block;
-  slot->head = tile.head;
-  slot->batch = tile.batch;
-  slot->row_begin = tile.row_begin;
-  if constexpr (Config::kPacksGroups) slot->kv_split = tile.kv_split;
-}
-
 // Loads K (or V) of the KV tile visited at `step` into the ring's next K (or V) stage, once both
 // consumers released that stage.
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& smem,
                                                   const CUtensorMap* map, bool is_v,
                                                   const Sm90Tile& tile, int kv_head,
                                                   const KvTileRange& kv_tiles, int step,
                                                   RingPosition<Config::kStages>& ring) {
-  const int n_begin = (kv_tiles.end - 1 - step) * Config::kBlockN;
   uint64_t* empty = is_v ? smem.v_empty(ring.stage) : smem.k_empty(ring.stage);
   uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
   mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
-  sm90_load_kv_block<Config>(dst, map, full, n_begin, kv_head, tile.batch);
+  sm90_load_kv_block<Config, Layout>(dst, map, full, kv_tiles.tile_at(step), kv_head,
+                                     tile.batch);
   ring.advance();
 }
 
 // All loads of one output tile, in the order the consumers need them with the overlapped schedule:
-// K_0, Q, then K_{j+1} before V_j (the plain schedule, which needs V_j first, is fine with it:
-// K_{j+1} only waits for K_{j+1-stages}, released before V_j is needed). With `persistent`, the Q
-// slabs may still hold the previous tile: K_0 is loaded before waiting for q_empty, so it lands
-// under the previous tile's epilogue.
+// K_0, Q, then K_{j+1} before V_j. With a persistent scheduler the Q slabs may still hold the
+// previous tile: K_0 is loaded before waiting for q_empty, so it lands under the previous tile's
+// epilogue, and the tile is handed to the consumers (Scheduler::publish) with the Q it loads.
 // O staged in the V ring (persistent, Config::kOStagingInVRing): the previous tile's consumer c
 // staged its O in the stage that this tile's V_c loads into (Sm90VStaging), so V_c waits until
 // that store has read it (o_free[c], completed once per tile like q_empty). With fewer V loads
 // than consumers the remaining o_free are waited for before Q, so no consumer of this tile stages
 // its O over a store still reading.
-template <class Config>
+template <class Config, class Layout, class Scheduler>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
-                                             const AttentionParams& params, const Sm90Tile& tile,
+                                             const AttentionParams& params,
+                                             const Scheduler& scheduler, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int group_shift,
-                                             bool persistent,
                                              Sm90TileLoopState<Config::kStages>& state) {
+  constexpr bool persistent = Scheduler::kPersistent;
   const int kv_head = Config::kPacksGroups ? tile.head : params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
   const bool o_in_v_ring = persistent && Config::kOStagingInVRing;
@@ -134,21 +127,23 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     if (o_in_v_ring && step < Config::kConsumerWarpgroups) {
       mbarrier_wait_parity(smem.o_free(step), previous_tile_parity);
     }
-    sm90_load_kv_tile(smem, maps.v, true, tile, kv_head, kv_tiles, step, v_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.v, true, tile, kv_head, kv_tiles, step, v_ring);
   };
-  if (count > 0) sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
+  if (count > 0) {
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
+  }
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), previous_tile_parity);
     sm90_trace(Sm90Event::kQSlotFree);
-    sm90_publish_tile<Config>(smem.tile_slot(), tile);  // by the arrival on q_full (sm90_load_q)
+    scheduler.publish(smem.tile_slot(), tile);  // by the arrival on q_full (sm90_load_q)
   }
   if (o_in_v_ring) {
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
       mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
   }
-  sm90_load_q(smem, maps, tile, group_shift);
+  sm90_load_q<Config, Layout>(smem, maps, tile, group_shift);
   for (int step = 1; step < count; ++step) {
-    sm90_load_kv_tile(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
     load_v(step - 1);
   }
   if (count > 0) load_v(count - 1);

@@ -19,6 +19,8 @@ namespace flashcore::detail {
 
 struct Sm90Tile;  // pipeline.cuh
 
+static_assert(kSwizzleBytes == kSm90SwizzleRowBytes, "one swizzled row for TMA and wgmma alike");
+
 // The first swizzle atom at or after `dynamic_smem`: dynamic shared memory is only 16-byte
 // aligned, and 128-byte swizzled tiles start on a whole atom (kAlignmentSlack pays the shift).
 __device__ __forceinline__ uint8_t* align_to_swizzle_atom(uint8_t* dynamic_smem) {

@@ -59,12 +59,26 @@ struct TensorMapDim {
   int box;
 };
 
-// Encodes `dims` of `tensor` with the 128-byte swizzle (the box's inner extent must be 64
-// elements). Throws Error (so the API can fall back to sm80) when TMA cannot describe the strides.
+// Bytes of an element of the types the Hopper kernels load (Sm90ElementTraits on the device), and
+// the elements of one 128-byte swizzled row: a box's inner extent.
+inline int64_t tma_element_bytes(DType dtype) {
+  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    throw Error("sm90 backend: tensor maps take fp16 or bf16, got dtype " +
+                std::to_string(static_cast<int>(dtype)));
+  }
+  return 2;
+}
+inline int tma_box_cols(DType dtype) {
+  return static_cast<int>(kSm90SwizzleRowBytes / tma_element_bytes(dtype));
+}
+
+// Encodes `dims` of `tensor` with the 128-byte swizzle (the box's inner extent must be one
+// swizzled row). Throws Error (so the API can fall back to sm80) when TMA cannot describe the
+// strides.
 template <int kRank>
 CUtensorMap encode_tensor_map(const BshdTensor& tensor, DType dtype,
                               const TensorMapDim (&dims)[kRank]) {
-  constexpr int64_t kElementBytes = 2;
+  const int64_t kElementBytes = tma_element_bytes(dtype);
   const auto base = reinterpret_cast<uintptr_t>(tensor.data);
   if (base % kTmaAlignmentBytes != 0) {
     throw Error(std::string("sm90 backend: ") + tensor.name + " data pointer " +
@@ -117,11 +131,11 @@ CUtensorMap encode_tensor_map(const BshdTensor& tensor, DType dtype,
 // Sizes clamp to 1 so that empty key sequences still encode (nothing is loaded from them).
 inline int64_t at_least_1(int size) { return size > 0 ? size : 1; }
 
-// The 4-D map over (head_dim, seqlen, heads, batch) with a box of (kSm90BoxCols = 64 elements =
-// 128 bytes, box_rows, 1, 1).
+// The 4-D map over (head_dim, seqlen, heads, batch) with a box of (one 128-byte row, box_rows,
+// 1, 1).
 inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, int box_rows) {
   const TensorMapDim dims[4] = {
-      {tensor.head_dim, 1, "head_dim", kSm90BoxCols},
+      {tensor.head_dim, 1, "head_dim", tma_box_cols(dtype)},
       {at_least_1(tensor.seqlen), tensor.row_stride, "seqlen", box_rows},
       {at_least_1(tensor.heads), tensor.head_stride, "heads", 1},
       {at_least_1(tensor.batch), tensor.batch_stride, "batch", 1}};
@@ -129,13 +143,13 @@ inline CUtensorMap make_bshd_tensor_map(const BshdTensor& tensor, DType dtype, i
 }
 
 // The 5-D map over (head_dim, head in group, seqlen, group, batch) of a tensor of
-// `group` x `groups` heads, with a box of (64, group, box_rows / group, 1, 1): box row r is
-// position r / group of head r % group, so one box holds every query head of a KV group (the
-// Hopper kernel's packed tiles, Sm90TileConfig::kPacksGroups). `group` divides box_rows.
+// `group` x `groups` heads, with a box of (one 128-byte row, group, box_rows / group, 1, 1): box
+// row r is position r / group of head r % group, so one box holds every query head of a KV group
+// (the Hopper kernel's packed tiles, Sm90TileConfig::kPacksGroups). `group` divides box_rows.
 inline CUtensorMap make_group_packed_tensor_map(const BshdTensor& tensor, DType dtype, int group,
                                                 int box_rows) {
   const TensorMapDim dims[5] = {
-      {tensor.head_dim, 1, "head_dim", kSm90BoxCols},
+      {tensor.head_dim, 1, "head_dim", tma_box_cols(dtype)},
       {group, tensor.head_stride, "heads", group},
       {at_least_1(tensor.seqlen), tensor.row_stride, "seqlen", box_rows / group},
       {tensor.heads / group, group * tensor.head_stride, "heads (groups)", 1},

@@ -1,0 +1,86 @@
+// The general Hopper kernel's mainloop policy: the producer's loads of a tile (producer.cuh) and
+// a consumer's GEMMs and softmax over its KV blocks (consumer_overlap.cuh), for one element type
+// (Config::Element), sequence layout and mask. The kernel (kernel.cuh) composes it with an
+// epilogue and a scheduler.
+#pragma once
+
+#include <cuda.h>
+
+#include "common/params.h"
+#include "cuda/common/mask.cuh"
+#include "cuda/sm90/consumer_overlap.cuh"
+#include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/producer.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+#include "cuda/sm90/softmax.cuh"
+
+namespace flashcore::detail {
+
+template <class Config_, class Layout_, bool kCausal_>
+struct Sm90Mainloop {
+  using Config = Config_;
+  using Layout = Layout_;
+  static constexpr bool kCausal = kCausal_;
+  static constexpr DType kDType = Config::kDType;
+  static constexpr int kOAccRegs = Config::kHeadDim / 2;
+  using Turns = PingPongTurns<Config::kConsumerWarpgroups>;
+
+  // The KV blocks `tile`'s rows visit (packed: of those, the tile's split).
+  __device__ __forceinline__ static KvTileRange kv_tiles(const AttentionParams& params,
+                                                         const Sm90Tile& tile, int group_shift,
+                                                         const Sm90KvSplit& kv_split) {
+    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
+    return sm90_kv_tiles<Config>(mask, tile, group_shift, kv_split);
+  }
+
+  // KV blocks at the end of the tile's range that no row of `consumer` sees (passed without
+  // GEMMs where the row's switch says so), and whether the consumer computes at all: a consumer
+  // with no query row, or whose rows see no key, only keeps the tile's protocol.
+  __device__ __forceinline__ static int dead_blocks(const AttentionParams& params,
+                                                    const Sm90Tile& tile, int consumer,
+                                                    int group_shift, const KvTileRange& kv_tiles) {
+    if constexpr (!Config::kSkipsDeadBlocks) return 0;
+    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
+    return sm90_dead_blocks<Config>(mask, tile, consumer, group_shift, kv_tiles);
+  }
+  __device__ __forceinline__ static bool computes(const AttentionParams& params,
+                                                  const Sm90Tile& tile, int consumer,
+                                                  int group_shift, const KvTileRange& kv_tiles,
+                                                  int dead_blocks) {
+    const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
+    const int rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
+    const bool sees_keys = dead_blocks == 0 || dead_blocks < kv_tiles.count();
+    return (!Config::kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) &&
+           sees_keys;
+  }
+
+  // Producer: every load of one tile.
+  template <class Scheduler>
+  __device__ __forceinline__ static void load(const Sm90SmemLayout<Config>& smem,
+                                              const Sm90TensorMaps& maps,
+                                              const AttentionParams& params,
+                                              const Scheduler& scheduler, const Sm90Tile& tile,
+                                              const KvTileRange& kv_tiles, int group_shift,
+                                              Sm90TileLoopState<Config::kStages>& state) {
+    sm90_produce<Config, Layout>(smem, maps, params, scheduler, tile, kv_tiles, group_shift,
+                                 state);
+  }
+
+  // Consumer: O and the row statistics of its 64 rows (kComputes), or the protocol alone.
+  template <bool kComputes>
+  __device__ __forceinline__ static void consume(const Sm90SmemLayout<Config>& smem,
+                                                 const AttentionParams& params,
+                                                 const Sm90Tile& tile, const KvTileRange& kv_tiles,
+                                                 int dead_blocks, int consumer,
+                                                 int thread_in_warpgroup,
+                                                 Sm90TileLoopState<Config::kStages>& state,
+                                                 const Sm90QRelease& release, const Turns& turns,
+                                                 float (&o)[kOAccRegs],
+                                                 OnlineSoftmaxRows& softmax) {
+    sm90_consume_tile<kComputes, kDType, Config, Layout, kCausal>(
+        smem, params, tile, kv_tiles, dead_blocks, consumer, thread_in_warpgroup, state, release,
+        turns, o, softmax);
+  }
+};
+
+}  // namespace flashcore::detail

@@ -1,0 +1,176 @@
+// The Hopper kernel's tuning table: one row per (head_dim, mask, seqlen_q bucket), with every
+// choice the kernel makes named in the row. Nothing else in src/ picks a tile or a switch; the
+// measurements behind each row are in docs/kernels.md ("The tuning table").
+//
+// A row's tile: BLOCK_M = 64 query rows per consumer warpgroup (the wgmma M) x `consumers`,
+// BLOCK_N keys per K/V stage, `stages` K/V stages in shared memory. Its registers per consumer
+// thread are O (64 x head_dim / 128 threads) + S (64 x BLOCK_N / 128) + P (half of S), which
+// must fit the consumer's setmaxnreg budget (tile_config.h checks it):
+//   d64 , 3 consumers, n128: O 32 + S 64 + P 32 = 128 of 160
+//   d128, 2 consumers, n128: O 64 + S 64 + P 32 = 160 of 232; 3 consumers, n80: 124 of 160
+//   d256, 2 consumers, n80 : O 128 + S 40 + P 20 = 188 of 240
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace flashcore::detail {
+
+// How the CTAs of a launch take their tiles (scheduler.cuh has the types).
+enum class Sm90Scheduling : int {
+  kOneTilePerCta = 0,  // one CTA per output tile
+  kPersistent = 1,     // one CTA per SM, tile after tile: a fixed stride, or claimed (causal)
+};
+
+// The row's switches of the consumer math, each measured per row (docs/kernels.md).
+enum class Sm90Switch : unsigned {
+  kNone = 0,
+  // O *= correction between the QK^T and PV issues, under S = Q K^T (consumer_overlap.cuh).
+  kRescaleUnderQk = 1u << 0,
+  // O rescaled only when a row's max moved by more than kStaleMaxLog2 (softmax.cuh).
+  kLazyRescale = 1u << 1,
+  // Causal masks start at each warp's own diagonal block, not the tile's first row's.
+  kWarpMaskStart = 1u << 2,
+  // Causal consumers pass the KV blocks past their own rows' diagonal without GEMMs.
+  kSkipDeadBlocks = 1u << 3,
+  // Persistent consumers whose 64 rows lie outside the sequence pass the tile without GEMMs.
+  kSkipRowlessConsumers = 1u << 4,
+};
+constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
+  return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
+}
+
+constexpr int kAnySeqlen = 0x7fffffff;
+// MiB of K/V per L2 section of the tile order (Sm90TileOrder); rows may override it.
+constexpr int kSm90L2SectionMiB = 8;
+
+struct Sm90TuningRow {
+  int head_dim;
+  bool causal;
+  int max_seqlen_q;  // the row serves calls with seqlen_q up to this (kAnySeqlen: all)
+  int block_n;
+  int stages;
+  int consumers;  // consumer warpgroups: BLOCK_M = 64 x consumers
+  Sm90Scheduling scheduling;
+  int l2_section_mib;
+  Sm90Switch switches;
+
+  constexpr bool has(Sm90Switch flag) const {
+    return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
+  }
+  constexpr bool persistent() const { return scheduling == Sm90Scheduling::kPersistent; }
+};
+
+// Per (head_dim, causal) 1 to kSm90MaxRowsPerMask rows by ascending max_seqlen_q, the last with
+// kAnySeqlen (sm90_rows_ordered checks it); each row is one kernel in its instance's TU.
+constexpr int kSm90MaxRowsPerMask = 4;
+
+namespace sm90_table {  // short names for the table below only
+constexpr Sm90Scheduling kOne = Sm90Scheduling::kOneTilePerCta;
+constexpr Sm90Scheduling kPers = Sm90Scheduling::kPersistent;
+constexpr int kL2 = kSm90L2SectionMiB;
+constexpr Sm90Switch kNone = Sm90Switch::kNone;
+constexpr Sm90Switch kUnderQk = Sm90Switch::kRescaleUnderQk;
+constexpr Sm90Switch kLazy = Sm90Switch::kLazyRescale;
+constexpr Sm90Switch kWarpMask = Sm90Switch::kWarpMaskStart;
+constexpr Sm90Switch kDead = Sm90Switch::kSkipDeadBlocks;
+constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
+}  // namespace sm90_table
+
+constexpr Sm90TuningRow kSm90TuningTable[] = {
+    // clang-format off
+    //  hd  causal  max_seqlen_q  n  stages cons sched  L2 MiB  switches
+    {  64, false,  4096,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kDead | sm90_table::kRowless},
+    {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kOne,  sm90_table::kL2,
+       sm90_table::kDead},
+    {  64, true,   512,        128, 3, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kDead | sm90_table::kRowless},
+    {  64, true,   1024,       128, 2, 3, sm90_table::kPers, 24,
+       sm90_table::kDead | sm90_table::kRowless},
+    {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kDead | sm90_table::kRowless},
+    { 128, false,  512,        128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy},
+    { 128, false,  4096,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless},
+    { 128, false,  kAnySeqlen, 176, 2, 2, sm90_table::kOne,  sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy},
+    { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
+       sm90_table::kUnderQk | sm90_table::kLazy},
+    { 128, true,   4096,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy},
+    { 128, true,   kAnySeqlen, 160, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy},
+    { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kLazy | sm90_table::kWarpMask},
+    { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kLazy | sm90_table::kWarpMask},
+    // clang-format on
+};
+
+// How many rows (head_dim, causal) has, and its index-th row in table order.
+constexpr int sm90_row_count(int head_dim, bool causal) {
+  int count = 0;
+  for (const Sm90TuningRow& row : kSm90TuningTable)
+    count += (row.head_dim == head_dim && row.causal == causal) ? 1 : 0;
+  return count;
+}
+
+constexpr Sm90TuningRow sm90_tuning_row(int head_dim, bool causal, int index) {
+  int seen = 0;
+  for (const Sm90TuningRow& row : kSm90TuningTable) {
+    if (row.head_dim == head_dim && row.causal == causal) {
+      if (seen == index) return row;
+      ++seen;
+    }
+  }
+  return Sm90TuningRow{0, false, 0, 0, 0, 2, Sm90Scheduling::kOneTilePerCta, kSm90L2SectionMiB,
+                       Sm90Switch::kNone};
+}
+
+// The rows of every (head_dim, causal) cover all lengths in ascending order: the launcher walks
+// them with if constexpr, so a wrong order would silently skip a bucket.
+constexpr bool sm90_rows_ordered() {
+  for (int head_dim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      const int rows = sm90_row_count(head_dim, causal);
+      if (rows == 0 || rows > kSm90MaxRowsPerMask) return false;
+      if (sm90_tuning_row(head_dim, causal, rows - 1).max_seqlen_q != kAnySeqlen) return false;
+      for (int i = 1; i < rows; ++i)
+        if (sm90_tuning_row(head_dim, causal, i - 1).max_seqlen_q >=
+            sm90_tuning_row(head_dim, causal, i).max_seqlen_q)
+          return false;
+    }
+  }
+  return true;
+}
+static_assert(sm90_rows_ordered(), "kSm90TuningTable: 1-4 rows per (head_dim, causal), ascending "
+                                   "max_seqlen_q, the last one kAnySeqlen");
+
+// Row kIndex of (kHeadDim, kCausal) as a type: the tile configuration's template argument
+// (tile_config.h). Tuning sweeps (dev/) pass types of their own with a `kRow` of any shape.
+template <int kHeadDim, bool kCausal, int kIndex>
+struct Sm90TableRow {
+  static constexpr Sm90TuningRow kRow = sm90_tuning_row(kHeadDim, kCausal, kIndex);
+  static_assert(kRow.block_n > 0, "no such row in kSm90TuningTable");
+};
+
+// Elements of one 128-byte swizzled row of a 16-bit type: the head_dim granularity of the
+// kernels (a column block), and the inner extent of every TMA box.
+constexpr int kSm90HeadDimGranule = 64;
+
+// The kernel head_dim that serves a call's head_dim: the next multiple of a column block. 96 runs
+// the 128 kernels, which compute the zero-filled extra columns too.
+constexpr int sm90_kernel_head_dim(int head_dim) {
+  return (head_dim + kSm90HeadDimGranule - 1) / kSm90HeadDimGranule * kSm90HeadDimGranule;
+}
+
+// The row of packed calls (kv_split_plan.h): the shortest-sequence row, whose bucket holds every
+// packed length (kv_split_plan.h checks it).
+constexpr int kSm90PackedRowIndex = 0;
+constexpr Sm90TuningRow sm90_packed_row(int head_dim, bool causal) {
+  return sm90_tuning_row(head_dim, causal, kSm90PackedRowIndex);
+}
+
+}  // namespace flashcore::detail
