@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Summary of an A B run (tools/device/ab.sh): new / base speed per config, from the median over
 passes of each side's median time, with the spread of each side between its own passes (the
-noise the ratios must clear).
+noise the ratios must clear). Reads OUT_DIR/<grid>_<base|new>_<pass>/compare.json.
 
-  python3 tools/device/ab_summary.py OUT_DIR        # prints markdown; exit 1 if a file is missing
+  python3 tools/device/ab_summary.py OUT_DIR GRID [GRID ...]   # markdown; exit 1 if one is missing
 """
 import glob
 import json
@@ -13,29 +13,27 @@ import re
 import statistics
 import sys
 
-KEY_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "dtype", "causal")
+IMPL = "flashcore[sm90]"
 # A config whose ratio falls below this in the summary is listed by name.
 FLAG_BELOW = 0.98
 
 
-def describe(key):
-    b, sq, sk, hq, hkv, d, dtype, causal = key
-    return f"b{b} sq{sq} sk{sk} h{hq}/{hkv} d{d} {dtype}{' causal' if causal else ''}"
-
-
 def load(out_dir, group):
-    """{side: {pass: {key: (median_ms, tflops)}}} of one group (grid or decode)."""
+    """{side: {pass: {config: (median_ms, tflops)}}} of one grid; failed results are left out."""
     runs = {}
-    for path in glob.glob(os.path.join(out_dir, f"{group}_*_*.json")):
-        match = re.match(rf"{group}_(base|new)_(\d+)\.json$", os.path.basename(path))
+    for path in glob.glob(os.path.join(out_dir, f"{group}_*_*", "compare.json")):
+        match = re.match(rf"{group}_(base|new)_(\d+)$", os.path.basename(os.path.dirname(path)))
         if not match:
             continue
         side, npass = match.group(1), int(match.group(2))
         with open(path) as f:
-            records = json.load(f)
-        runs.setdefault(side, {})[npass] = {
-            tuple(r[k] for k in KEY_FIELDS): (r["median_ms"], r["tflops"])
-            for r in records if r.get("median_ms")}
+            records = json.load(f)["records"]
+        results = {}
+        for record in records:
+            result = record["results"].get(IMPL, {})
+            if result.get("status") == "ok" and result.get("median_ms"):
+                results[record["config"]] = (result["median_ms"], result["tflops"])
+        runs.setdefault(side, {})[npass] = results
     return runs
 
 
@@ -60,8 +58,10 @@ def summarize(group, runs):
             times = [p[key][0] for p in runs[side].values()]
             if len(times) > 1:
                 spreads.append(max(times) / min(times))
-        lines.append(f"| {describe(key)} | {tf['base']:.1f} | {tf['new']:.1f} | {ratio:.3f} |")
-    low = [(r, describe(k)) for r, k in zip(ratios, keys) if r < FLAG_BELOW]
+        lines.append(f"| {key} | {tf['base']:.1f} | {tf['new']:.1f} | {ratio:.3f} |")
+    if not keys:
+        return lines + ["", "no config ran on both sides"], False
+    low = [(r, k) for r, k in zip(ratios, keys) if r < FLAG_BELOW]
     lines += ["", f"geomean new / base {geomean(ratios):.4f}, lowest {min(ratios):.3f}, "
                   f"highest {max(ratios):.3f}; below {FLAG_BELOW}: {len(low)}"]
     if spreads:
@@ -72,11 +72,11 @@ def summarize(group, runs):
 
 
 def main(argv):
-    if len(argv) != 2:
+    if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
     ok = True
-    for group in ("grid", "decode"):
+    for group in argv[2:]:
         lines, complete = summarize(group, load(argv[1], group))
         ok = ok and complete
         print("\n".join(lines) + "\n")
