@@ -86,11 +86,23 @@ Device device_of(int dlpack_device_type, int device_id, const char* name) {
               std::to_string(dlpack_device_type) + ", expected cpu (1) or cuda (2)");
 }
 
-void check_rank(size_t ndim, const char* name) {
-  if (ndim == 0 || ndim > static_cast<size_t>(flashcore::kMaxDims)) {
-    throw Error(std::string(name) + " has " + std::to_string(ndim) +
-                " dimensions, expected 4 (batch, seqlen, heads, head_dim)");
-  }
+// The library's rank message (validate.cpp), for the ranks a TensorView cannot hold: one wording
+// for every tensor wherever the check runs.
+void check_rank(const std::vector<int64_t>& shape, const char* name) {
+  if (!shape.empty() && shape.size() <= static_cast<size_t>(flashcore::kMaxDims)) return;
+  const bool is_lse = std::string(name) == "lse";
+  std::string text = std::string(name) + " must have " + (is_lse ? "3" : "4") + " dimensions " +
+                     (is_lse ? "[batch, heads_q, seqlen_q]" : "[batch, seqlen, heads, head_dim]") +
+                     ", got " + std::to_string(shape.size()) + " (shape [";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  throw Error(text + "])");
+}
+
+template <typename Array>
+std::vector<int64_t> shape_of(const Array& array) {
+  std::vector<int64_t> shape(array.ndim());
+  for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
+  return shape;
 }
 
 // An empty tensor's strides carry no meaning (NumPy exports zeros for them): give it row-major
@@ -106,7 +118,7 @@ void normalize_empty_strides(TensorView& view) {
 
 template <typename Array>
 TensorView view_of(const Array& array, const char* name) {
-  check_rank(array.ndim(), name);
+  check_rank(shape_of(array), name);
   TensorView view;
   view.data = const_cast<void*>(static_cast<const void*>(array.data()));
   view.dtype = dtype_of(array.dtype(), name);
@@ -122,7 +134,7 @@ TensorView view_of(const Array& array, const char* name) {
 
 TensorView view_of_raw(const RawTensor& raw, const char* name) {
   const auto& [data_ptr, dtype_code, device_code, device_index, shape, strides] = raw;
-  check_rank(shape.size(), name);
+  check_rank(shape, name);
   if (strides.size() != shape.size()) {
     throw Error(std::string(name) + " has " + std::to_string(strides.size()) + " strides for " +
                 std::to_string(shape.size()) + " dimensions");

@@ -13,6 +13,8 @@ RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32 = 0, 1, 2
 RAW_CPU, RAW_CUDA = 0, 1
 
 _EXPECTED_ARRAY = "a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX)"
+BSHD_DIMS = "[batch, seqlen, heads, head_dim]"
+BHSD_DIMS = "[batch, heads, seqlen, head_dim]"
 
 
 def backend_name(backend):
@@ -29,6 +31,14 @@ def check_array(name, value):
     if isinstance(value, np.ndarray) or hasattr(value, "__dlpack__"):
         return
     raise FlashCoreError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
+
+
+def rank_error(name, shape, dims=BSHD_DIMS):
+    """The library's rank message (src/api/validate.cpp), for the checks done in Python."""
+    expected = dims.count(",") + 1
+    sizes = ", ".join(str(size) for size in shape)
+    return FlashCoreError(
+        f"{name} must have {expected} dimensions {dims}, got {len(shape)} (shape [{sizes}])")
 
 
 def _is_numpy_bfloat16(array):

@@ -66,12 +66,13 @@ def _raw(name, tensor, bhsd=False):
     return (tensor.data_ptr(), dtype_code, device_code, index, shape, strides)
 
 
-def _check_tensor(name, tensor):
+def _check_tensor(name, tensor, dims=_arrays.BSHD_DIMS):
+    """A torch.Tensor of rank 4; `dims` names the dimensions of the caller's layout. The rank
+    message is the library's (one wording for every tensor and entry point)."""
     if not isinstance(tensor, torch.Tensor):
         raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != _TENSOR_RANK:
-        raise FlashCoreError(
-            f"{name} has {tensor.dim()} dimensions (shape {tuple(tensor.shape)}), expected 4")
+        raise _arrays.rank_error(name, tuple(tensor.shape), dims)
 
 
 def _to_bshd(tensor, layout):
@@ -196,10 +197,11 @@ _attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _check_common(q, k, v, layout):
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, tensor)
     if layout not in LAYOUTS:
         raise FlashCoreError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    dims = _arrays.BHSD_DIMS if layout == "bhsd" else _arrays.BSHD_DIMS
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, tensor, dims)
 
 
 _Tensor = torch.Tensor

@@ -1,10 +1,13 @@
 """Bad arguments raise flashcore.FlashCoreError (a ValueError) whose message names the argument,
 its value and what was expected: the library's own message, unchanged."""
 
+import re
+
 import numpy as np
 import pytest
 
 import flashcore
+from flashcore import _arrays, _flashcore
 
 
 def _bshd(*shape, dtype=np.float32):
@@ -21,8 +24,6 @@ CASES = {
               "k has dtype int32, expected float16, bfloat16 or float32"),
     "dtype_mismatch": (dict(q=Q, k=KV.astype(np.float16), v=KV),
                        r"dtype of k \(fp16\) does not match dtype of q \(fp32\)"),
-    "rank": (dict(q=Q[0], k=KV, v=KV), r"q must be 4-D, got ndim=3"),
-    "rank5": (dict(q=Q[None], k=KV, v=KV), r"q has 5 dimensions, expected 4"),
     "heads": (dict(q=_bshd(1, 16, 6, 64), k=_bshd(1, 16, 4, 64), v=_bshd(1, 16, 4, 64)),
               r"heads_q=6 is not a multiple of heads_kv=4"),
     "k_v_shape": (dict(q=Q, k=KV, v=_bshd(1, 15, 2, 64)), r"k and v must have the same shape"),
@@ -57,3 +58,55 @@ def test_select_backend_names_the_backend_or_the_problem():
     assert flashcore.select_backend(Q, KV, KV, backend="reference") == "reference"
     with pytest.raises(flashcore.FlashCoreError, match="backend sm90"):
         flashcore.select_backend(Q, KV, KV, backend="sm90")
+
+
+def _raises_exactly(error_type, message, call):
+    """Runs call(), expects error_type with exactly `message`; a failure shows what came."""
+    with pytest.raises(error_type) as caught:
+        call()
+    assert str(caught.value) == message, f"got {type(caught.value).__name__}: {caught.value}"
+    return caught.value
+
+
+# --- rank: one wording for every tensor, from the library and from the Python module alike.
+
+def _rank_message(name, shape, dims="[batch, seqlen, heads, head_dim]"):
+    expected = dims.count(",") + 1
+    sizes = ", ".join(str(size) for size in shape)
+    return f"{name} must have {expected} dimensions {dims}, got {len(shape)} (shape [{sizes}])"
+
+
+# (argument, bad array): ranks the library checks (1-4) and ranks the module checks (0, 5).
+RANK_CASES = [("q", Q[0]), ("k", KV[..., None]), ("v", KV.reshape(-1)),
+              ("out", np.empty((1, 16, 256), np.float32)), ("q", np.array(1.0, np.float32))]
+
+
+@pytest.mark.parametrize("name, bad", RANK_CASES,
+                         ids=[f"{name}_{bad.ndim}d" for name, bad in RANK_CASES])
+def test_rank_error_has_one_wording_for_every_tensor(name, bad):
+    arrays = dict(q=Q, k=KV, v=KV, out=np.empty_like(Q))
+    arrays[name] = bad
+    _raises_exactly(flashcore.FlashCoreError, _rank_message(name, bad.shape),
+                    lambda: flashcore.attention(**arrays))
+
+
+def test_rank_error_of_bfloat16_arrays_has_the_same_wording():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives NumPy a bfloat16 dtype")
+    q, k = Q.astype(ml_dtypes.bfloat16), KV.astype(ml_dtypes.bfloat16)
+    for bad in (q[0], q[None]):
+        _raises_exactly(flashcore.FlashCoreError, _rank_message("q", bad.shape),
+                        lambda: flashcore.attention(bad, k, k))
+
+
+def test_lse_rank_error_has_the_same_wording():
+    lse = np.empty((1, 4 * 16), np.float32)
+    _raises_exactly(flashcore.FlashCoreError,
+                    _rank_message("lse", lse.shape, "[batch, heads_q, seqlen_q]"),
+                    lambda: _flashcore.attention_forward(Q, KV, KV, np.empty_like(Q), lse))
+
+
+def test_python_rank_message_matches_the_library():
+    assert str(_arrays.rank_error("q", (16, 4, 64))) == _rank_message("q", (16, 4, 64))
+    assert re.fullmatch(r"q must have 4 dimensions \[batch, heads, seqlen, head_dim\], got 2 "
+                        r"\(shape \[3, 4\]\)",
+                        str(_arrays.rank_error("q", (3, 4), _arrays.BHSD_DIMS)))

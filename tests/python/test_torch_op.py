@@ -221,7 +221,12 @@ def test_dtype_and_argument_errors(device):
     cases = [
         ((q.double(), k, v), {}, r"q has dtype torch.float64, expected torch.float16"),
         ((q, k.bfloat16(), v), {}, r"dtype of k \(bf16\) does not match dtype of q \(fp16\)"),
-        ((q[0], k, v), {}, r"q has 3 dimensions \(shape \(16, 2, 64\)\), expected 4"),
+        ((q[0], k, v), {},
+         r"^q must have 4 dimensions \[batch, seqlen, heads, head_dim\], got 3 "
+         r"\(shape \[16, 2, 64\]\)$"),
+        ((q, k, v[0]), {"layout": "bhsd"},
+         r"^v must have 4 dimensions \[batch, heads, seqlen, head_dim\], got 3 "
+         r"\(shape \[16, 2, 64\]\)$"),
         ((q, k, v), {"layout": "sbhd"}, r"layout must be one of \('bshd', 'bhsd'\), got 'sbhd'"),
         ((q, k, v), {"backend": "nope"}, r"unknown backend 'nope'"),
         ((q, k[:, :, :1].expand(1, 16, 3, 64).contiguous(),
