@@ -14,13 +14,14 @@ torch.
 import sys as _sys
 
 from . import _arrays
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 from ._flashcore import backend_available as _backend_available
 from ._flashcore import supported_head_dims as _supported_head_dims
 from ._flashcore import version as _version
 
 __all__ = [
     "FlashCoreError",
+    "FlashCoreTypeError",
     "attention",
     "attention_workspace_bytes",
     "backend_available",

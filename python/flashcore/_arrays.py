@@ -1,12 +1,16 @@
 """flashcore.attention for NumPy arrays and other DLPack arrays (CuPy, JAX): allocation of out and
-lse with the array's own module, then one call into the nanobind module."""
+lse with the array's own module, then one call into the nanobind module.
+
+Errors: a bad value raises FlashCoreError (a ValueError); an argument of the wrong type raises
+FlashCoreTypeError, which is a FlashCoreError and a TypeError. Messages name the argument, the
+value and what was expected."""
 
 import sys
 
 import numpy as np
 
 from . import _flashcore
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 
 # Codes of the raw tensor tuples understood by _flashcore.attention_forward_raw.
 RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32 = 0, 1, 2
@@ -22,7 +26,7 @@ def backend_name(backend):
     if backend is None:
         return "auto"
     if not isinstance(backend, str):
-        raise FlashCoreError(
+        raise FlashCoreTypeError(
             f"backend must be a string (auto, reference, cpu, sm80, sm90), got {backend!r}")
     return backend
 
@@ -30,7 +34,7 @@ def backend_name(backend):
 def check_array(name, value):
     if isinstance(value, np.ndarray) or hasattr(value, "__dlpack__"):
         return
-    raise FlashCoreError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
+    raise FlashCoreTypeError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
 
 
 def rank_error(name, shape, dims=BSHD_DIMS):
@@ -46,7 +50,16 @@ def _is_numpy_bfloat16(array):
     return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
 
 
-def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16):
+READ_ONLY_OUT = ("{name} is read-only: the result is written into {name}, so pass a writable "
+                 "array (a NumPy array with flags.writeable=False is read-only)")
+
+
+def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16, writable=False):
+    """A raw tensor tuple of a NumPy array; `writable` for outputs, which the raw path would
+    otherwise write even when read-only (the DLPack path checks this in _flashcore.cpp, with
+    the same message)."""
+    if writable and not array.flags.writeable:
+        raise FlashCoreError(READ_ONLY_OUT.format(name=name))
     itemsize = array.dtype.itemsize
     if any(stride % itemsize for stride in array.strides):
         raise FlashCoreError(
@@ -131,7 +144,8 @@ def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend
     out, lse = _allocate_outputs(q, out, return_lse)
     if any(_is_numpy_bfloat16(a) for a in (q, k, v, out)):
         tensors = [
-            _numpy_raw(name, a) if _is_numpy_bfloat16(a) else _not_bfloat16(name, a)
+            _numpy_raw(name, a, writable=name == "out") if _is_numpy_bfloat16(a)
+            else _not_bfloat16(name, a)
             for name, a in (("q", q), ("k", k), ("v", v), ("out", out))
         ]
         lse_raw = None if lse is None else _numpy_raw("lse", lse, RAW_FLOAT32)

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _arrays, _flashcore
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 
 __all__ = ["attention", "LAYOUTS", "BACKWARD_MISSING"]
 
@@ -70,7 +70,7 @@ def _check_tensor(name, tensor, dims=_arrays.BSHD_DIMS):
     """A torch.Tensor of rank 4; `dims` names the dimensions of the caller's layout. The rank
     message is the library's (one wording for every tensor and entry point)."""
     if not isinstance(tensor, torch.Tensor):
-        raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        raise FlashCoreTypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != _TENSOR_RANK:
         raise _arrays.rank_error(name, tuple(tensor.shape), dims)
 
@@ -277,7 +277,7 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
                          return_lse=return_lse, backend=backend)
     _check_common(q, k, v, "bshd")
     if not isinstance(out, torch.Tensor) and out is not None:
-        raise FlashCoreError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
+        raise FlashCoreTypeError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError(BACKWARD_MISSING)
     if out is None:

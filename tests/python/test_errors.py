@@ -1,5 +1,6 @@
 """Bad arguments raise flashcore.FlashCoreError (a ValueError) whose message names the argument,
-its value and what was expected: the library's own message, unchanged."""
+its value and what was expected: the library's own message, unchanged. An argument of the wrong
+type raises flashcore.FlashCoreTypeError, a FlashCoreError that is also a TypeError."""
 
 import re
 
@@ -66,6 +67,79 @@ def _raises_exactly(error_type, message, call):
         call()
     assert str(caught.value) == message, f"got {type(caught.value).__name__}: {caught.value}"
     return caught.value
+
+
+def test_wrong_type_errors_are_type_errors_and_flashcore_errors():
+    assert issubclass(flashcore.FlashCoreTypeError, flashcore.FlashCoreError)
+    assert issubclass(flashcore.FlashCoreTypeError, TypeError)
+    for kwargs in (dict(q=[[1.0]], k=KV, v=KV), dict(q=Q, k=KV, v=KV, backend=3)):
+        with pytest.raises(TypeError):
+            flashcore.attention(**kwargs)
+
+
+# --- dtype names: the names NumPy / PyTorch users know, for every dtype that reaches the library.
+
+# DLPack carries these (the message names them from the DLPack code: complex64, not code5_64).
+DLPACK_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                 np.uint32, np.uint64, np.float64, np.complex64, np.complex128]
+# These have no DLPack code: the message names NumPy's own dtype.
+NUMPY_ONLY_DTYPES = [np.longdouble, np.object_, "U3", "datetime64[s]", [("a", "f4")]]
+
+
+@pytest.mark.parametrize("dtype", DLPACK_DTYPES + NUMPY_ONLY_DTYPES,
+                         ids=lambda d: str(np.dtype(d)))
+@pytest.mark.parametrize("name", ["q", "v", "out"])
+def test_dtype_error_names_the_dtype_as_numpy_does(name, dtype):
+    arrays = dict(q=Q, k=KV, v=KV, out=np.empty_like(Q))
+    arrays[name] = np.zeros(arrays[name].shape, dtype=dtype)
+    expected = np.dtype(dtype).name if dtype in DLPACK_DTYPES else str(np.dtype(dtype))
+    _raises_exactly(flashcore.FlashCoreError,
+                    f"{name} has dtype {expected}, expected float16, bfloat16 or float32",
+                    lambda: flashcore.attention(**arrays))
+
+
+def test_dtype_error_names_ml_dtypes_types():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives NumPy float8 dtypes")
+    q = Q.astype(ml_dtypes.float8_e4m3fn)
+    _raises_exactly(flashcore.FlashCoreError,
+                    "q has dtype float8_e4m3fn, expected float16, bfloat16 or float32",
+                    lambda: flashcore.attention(q, KV, KV))
+
+
+# --- out must be writable.
+
+READ_ONLY = ("out is read-only: the result is written into out, so pass a writable array "
+             "(a NumPy array with flags.writeable=False is read-only)")
+
+
+def _read_only(array):
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+def test_read_only_out_is_a_value_error_naming_out():
+    out = _read_only(np.full_like(Q, 7.0))
+    _raises_exactly(flashcore.FlashCoreError, READ_ONLY,
+                    lambda: flashcore.attention(Q, KV, KV, out=out))
+    assert np.all(out == 7.0)  # untouched
+    # The module itself says the same to any DLPack caller.
+    _raises_exactly(flashcore.FlashCoreError, READ_ONLY,
+                    lambda: _flashcore.attention_forward(Q, KV, KV, out))
+
+
+def test_read_only_inputs_are_fine():
+    q, k, v = (_read_only(a) for a in (Q, KV, KV))
+    np.testing.assert_array_equal(flashcore.attention(q, k, v), flashcore.attention(Q, KV, KV))
+
+
+def test_read_only_bfloat16_out_is_refused_too():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives NumPy a bfloat16 dtype")
+    q, k = Q.astype(ml_dtypes.bfloat16), KV.astype(ml_dtypes.bfloat16)
+    out = _read_only(np.zeros_like(q))
+    _raises_exactly(flashcore.FlashCoreError, READ_ONLY,
+                    lambda: flashcore.attention(q, k, k, out=out))
+    assert np.all(out.astype(np.float32) == 0)
 
 
 # --- rank: one wording for every tensor, from the library and from the Python module alike.
