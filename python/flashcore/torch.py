@@ -95,7 +95,8 @@ def workspace_bytes(q, k=None, causal=False):
     if k is not None:
         _check_tensor("k", k)
         k_raw = _raw("k", k)
-    return _flashcore.attention_workspace_bytes_raw(_raw("q", q), k_raw, bool(causal))
+    causal = _arrays.flag("causal", causal)
+    return _flashcore.attention_workspace_bytes_raw(_raw("q", q), k_raw, causal)
 
 
 def _workspace(q_raw, k_raw, causal, q, record_on):
@@ -244,9 +245,9 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layou
     calls with nothing for the dispatcher to do run the op's implementation directly.
     """
     _check_common(q, k, v, layout)
-    causal = bool(causal)
-    softmax_scale = None if softmax_scale is None else float(softmax_scale)
-    return_lse = bool(return_lse)
+    causal = _arrays.flag("causal", causal)
+    softmax_scale = _arrays.softmax_scale_value(softmax_scale)
+    return_lse = _arrays.flag("return_lse", return_lse)
     backend = _arrays.backend_name(backend)
     if _dispatcher_has_work(q, k, v):
         out, lse = torch.ops.flashcore.attention_forward(q, k, v, causal, softmax_scale,
@@ -280,13 +281,17 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
         raise FlashCoreTypeError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError(BACKWARD_MISSING)
+    current = _current_stream(q)
+    if stream is None:
+        stream = current
+    else:  # a CPU tensor takes no stream; a stream object must be of q's device
+        stream = _arrays.stream_handle(stream, not q.is_cuda,
+                                       q.get_device() if q.is_cuda else None)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = None
     if return_lse:
         lse = torch.empty(_arrays.lse_shape(q), dtype=torch.float32, device=q.device)
-    current = _current_stream(q)
-    stream = current if stream is None else int(stream)
     q_raw = _raw("q", q)
     _launch(q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
             None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend, stream,

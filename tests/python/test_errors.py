@@ -142,6 +142,148 @@ def test_read_only_bfloat16_out_is_refused_too():
     assert np.all(out.astype(np.float32) == 0)
 
 
+# --- softmax_scale: a real number (TypeError otherwise), finite and > 0 (ValueError otherwise).
+
+@pytest.mark.parametrize("scale", ["a", "0.5", b"1", True, [0.5], 1 + 2j, object()],
+                         ids=lambda s: type(s).__name__ + "_" + str(s)[:8])
+def test_softmax_scale_of_wrong_type_names_it(scale):
+    error = _raises_exactly(
+        flashcore.FlashCoreTypeError,
+        f"softmax_scale must be None or a real number (a finite float > 0), got {scale!r} of "
+        f"type {type(scale).__name__}",
+        lambda: flashcore.attention(Q, KV, KV, softmax_scale=scale))
+    assert isinstance(error, TypeError)
+    with pytest.raises(TypeError, match="softmax_scale"):
+        flashcore.select_backend(Q, KV, KV, softmax_scale=scale)
+
+
+@pytest.mark.parametrize("scale, shown", [(float("nan"), "nan"), (float("inf"), "inf"),
+                                          (-float("inf"), "-inf"), (0.0, "0"), (-1, "-1")])
+def test_softmax_scale_must_be_finite_and_positive(scale, shown):
+    _raises_exactly(flashcore.FlashCoreError, f"softmax_scale must be finite and > 0, got {shown}",
+                    lambda: flashcore.attention(Q, KV, KV, softmax_scale=scale))
+
+
+def test_softmax_scale_too_large_for_float32_names_the_value():
+    _raises_exactly(flashcore.FlashCoreError,
+                    "softmax_scale must be finite and > 0 as a float32 (at most 3.402823e+38), "
+                    "got 1e+300",
+                    lambda: flashcore.attention(Q, KV, KV, softmax_scale=1e300))
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.125), np.float64(0.125), np.array(0.125)],
+                         ids=["float32", "float64", "0d_array"])
+def test_softmax_scale_takes_numpy_numbers(scale):
+    np.testing.assert_array_equal(flashcore.attention(Q, KV, KV, softmax_scale=scale),
+                                  flashcore.attention(Q, KV, KV, softmax_scale=0.125))
+
+
+# --- causal and return_lse: bools only (bool("no") is True).
+
+@pytest.mark.parametrize("value", ["yes", "False", 1, 0, None, np.array([True])],
+                         ids=["yes", "False_str", "one", "zero", "None", "array"])
+@pytest.mark.parametrize("name", ["causal", "return_lse"])
+def test_flags_must_be_bools(name, value):
+    expected = (f"{name} must be a bool (True or False), got {value!r} of type "
+                f"{type(value).__name__}")
+    error = _raises_exactly(flashcore.FlashCoreTypeError, expected,
+                            lambda: flashcore.attention(Q, KV, KV, **{name: value}))
+    assert isinstance(error, TypeError)
+    if name == "causal":
+        for call in (lambda: flashcore.select_backend(Q, KV, KV, causal=value),
+                     lambda: flashcore.attention_workspace_bytes(Q, KV, causal=value)):
+            _raises_exactly(flashcore.FlashCoreTypeError, expected, call)
+
+
+def test_numpy_bools_are_bools():
+    out = flashcore.attention(Q, KV, KV, causal=np.bool_(True), return_lse=np.bool_(False))
+    np.testing.assert_array_equal(out, flashcore.attention(Q, KV, KV, causal=True))
+
+
+# --- stream: None for host arrays; for CUDA arrays an int handle or a stream of q's device.
+
+class _DLPackOnly:
+    """A host array seen only through DLPack (as a JAX CPU array would be)."""
+
+    def __init__(self, array):
+        self._array = array
+        self.shape, self.dtype = array.shape, array.dtype
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("stream", [5, 0, np.int64(2)], ids=["5", "0", "np_int"])
+def test_stream_with_host_arrays_is_refused(stream):
+    expected = (f"stream must be None for host (cpu) arrays, got {stream!r}: host backends run "
+                "synchronously on the calling thread; streams apply to CUDA arrays only")
+    out = np.empty_like(Q)
+    for q in (Q, _DLPackOnly(Q)):
+        _raises_exactly(flashcore.FlashCoreError, expected,
+                        lambda: flashcore.attention(q, KV, KV, out=out, stream=stream))
+
+
+def test_stream_with_host_bfloat16_arrays_is_refused():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes gives NumPy a bfloat16 dtype")
+    q, k = Q.astype(ml_dtypes.bfloat16), KV.astype(ml_dtypes.bfloat16)
+    with pytest.raises(flashcore.FlashCoreError, match=r"^stream must be None for host \(cpu\)"):
+        flashcore.attention(q, k, k, stream=5)
+
+
+class _Stream:
+    """A stream object as torch (cuda_stream, device.index), CuPy (ptr, device_id) or the CUDA
+    stream protocol (__cuda_stream__) present it."""
+
+    def __init__(self, **attributes):
+        self.__dict__.update(attributes)
+
+    def __repr__(self):
+        return "<stream>"
+
+
+class _Device:
+    def __init__(self, index):
+        self.index = index
+
+
+class _ProtocolStream:
+    def __cuda_stream__(self):
+        return (0, 0x5000)
+
+
+# The CUDA side of stream_handle, without a GPU: what reaches the launch for each kind of stream.
+@pytest.mark.parametrize("stream, handle", [
+    (0, 0), (2, 2), (0x7F00, 0x7F00), (np.uint64(16), 16),
+    (_Stream(cuda_stream=0x6000, device=_Device(0)), 0x6000),
+    (_Stream(ptr=0x7000, device_id=0), 0x7000),
+    (_ProtocolStream(), 0x5000),
+], ids=["zero", "per_thread", "address", "np_uint", "torch_like", "cupy_like", "protocol"])
+def test_stream_handle_on_cuda(stream, handle):
+    assert _arrays.stream_handle(stream, False, 0) == handle
+
+
+@pytest.mark.parametrize("stream", ["s", 1.5, True, None, object()],
+                         ids=["str", "float", "bool", "None", "object"])
+def test_stream_of_wrong_type_names_it(stream):
+    expected = ("stream must be None, a cudaStream_t handle (int) or a CUDA stream object "
+                "(torch.cuda.Stream, cupy.cuda.Stream, __cuda_stream__), got "
+                f"{stream!r} of type {type(stream).__name__}")
+    _raises_exactly(flashcore.FlashCoreTypeError, expected,
+                    lambda: _arrays.stream_handle(stream, False, 0))
+
+
+def test_stream_of_another_device_or_negative_is_refused():
+    other = _Stream(cuda_stream=0x6000, device=_Device(1))
+    _raises_exactly(flashcore.FlashCoreError,
+                    "stream <stream> is on cuda:1 but q is on cuda:0; pass a stream of q's device",
+                    lambda: _arrays.stream_handle(other, False, 0))
+    _raises_exactly(flashcore.FlashCoreError, "stream must be a cudaStream_t handle >= 0, got -1",
+                    lambda: _arrays.stream_handle(-1, False, 0))
+
+
 # --- rank: one wording for every tensor, from the library and from the Python module alike.
 
 def _rank_message(name, shape, dims="[batch, seqlen, heads, head_dim]"):
