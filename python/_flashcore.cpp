@@ -12,7 +12,9 @@
 // Both take an optional workspace (device pointer as an int, and its size in bytes) of at least
 // attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it with the array's
 // own allocator (torch's caching allocator: free, and safe under CUDA graph capture).
-// flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message.
+// flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message; an
+// argument of the wrong type (not an array at all) becomes flashcore.FlashCoreTypeError, which is
+// both a FlashCoreError and a TypeError.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -51,18 +53,46 @@ enum RawDevice : int { kRawCPU = 0, kRawCUDA = 1 };
 
 constexpr int kBitsHalf = 16;
 constexpr int kBitsSingle = 32;
+constexpr int kBitsBool = 8;  // DLPack stores a bool in a byte
+constexpr uint8_t kDLPackOpaqueHandle = 3;
 
+// A wrong-type argument: raised as flashcore.FlashCoreTypeError (a FlashCoreError and a TypeError).
+struct ArgumentTypeError : Error {
+  using Error::Error;
+};
+
+// The dtype as NumPy, PyTorch and ml_dtypes name it (complex64, bool, float8_e4m3fn, ...), so
+// that an error names the dtype the caller knows.
 std::string describe_dtype(const nb::dlpack::dtype& dt) {
-  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
-  std::string kind = code == nb::dlpack::dtype_code::Float    ? "float"
-                     : code == nb::dlpack::dtype_code::Bfloat ? "bfloat"
-                     : code == nb::dlpack::dtype_code::Int    ? "int"
-                     : code == nb::dlpack::dtype_code::UInt   ? "uint"
-                     : code == nb::dlpack::dtype_code::Bool   ? "bool"
-                     : "code" + std::to_string(dt.code) + "_";
-  std::string text = kind + std::to_string(dt.bits);
-  if (dt.lanes != 1) text += "x" + std::to_string(dt.lanes);
-  return text;
+  using Code = nb::dlpack::dtype_code;
+  const std::string bits = std::to_string(dt.bits);
+  std::string name;
+  switch (static_cast<Code>(dt.code)) {
+    case Code::Int: name = "int" + bits; break;
+    case Code::UInt: name = "uint" + bits; break;
+    case Code::Float: name = "float" + bits; break;
+    case Code::Bfloat: name = "bfloat" + bits; break;
+    case Code::Complex: name = "complex" + bits; break;  // bits of both parts: complex64
+    case Code::Bcomplex: name = "bcomplex" + bits; break;
+    case Code::Bool: name = dt.bits == kBitsBool ? "bool" : "bool" + bits; break;
+    case Code::Float8_E3M4: name = "float8_e3m4"; break;
+    case Code::Float8_E4M3: name = "float8_e4m3"; break;
+    case Code::Float8_E4M3B11FNUZ: name = "float8_e4m3b11fnuz"; break;
+    case Code::Float8_E4M3FN: name = "float8_e4m3fn"; break;
+    case Code::Float8_E4M3FNUZ: name = "float8_e4m3fnuz"; break;
+    case Code::Float8_E5M2: name = "float8_e5m2"; break;
+    case Code::Float8_E5M2FNUZ: name = "float8_e5m2fnuz"; break;
+    case Code::Float8_E8M0FNU: name = "float8_e8m0fnu"; break;
+    case Code::Float6_E2M3FN: name = "float6_e2m3fn"; break;
+    case Code::Float6_E3M2FN: name = "float6_e3m2fn"; break;
+    case Code::Float4_E2M1FN: name = "float4_e2m1fn"; break;
+    default:
+      name = dt.code == kDLPackOpaqueHandle
+                 ? "opaque handle (DLPack type code 3)"
+                 : "DLPack type code " + std::to_string(dt.code) + " of " + bits + " bits";
+  }
+  if (dt.lanes != 1) name += " x " + std::to_string(dt.lanes) + " lanes";
+  return name;
 }
 
 DType dtype_of(const nb::dlpack::dtype& dt, const char* name) {
@@ -86,11 +116,60 @@ Device device_of(int dlpack_device_type, int device_id, const char* name) {
               std::to_string(dlpack_device_type) + ", expected cpu (1) or cuda (2)");
 }
 
-void check_rank(size_t ndim, const char* name) {
-  if (ndim == 0 || ndim > static_cast<size_t>(flashcore::kMaxDims)) {
-    throw Error(std::string(name) + " has " + std::to_string(ndim) +
-                " dimensions, expected 4 (batch, seqlen, heads, head_dim)");
+// The library's rank message (validate.cpp), for the ranks a TensorView cannot hold: one wording
+// for every tensor wherever the check runs.
+void check_rank(const std::vector<int64_t>& shape, const char* name) {
+  if (!shape.empty() && shape.size() <= static_cast<size_t>(flashcore::kMaxDims)) return;
+  const bool is_lse = std::string(name) == "lse";
+  std::string text = std::string(name) + " must have " + (is_lse ? "3" : "4") + " dimensions " +
+                     (is_lse ? "[batch, heads_q, seqlen_q]" : "[batch, seqlen, heads, head_dim]") +
+                     ", got " + std::to_string(shape.size()) + " (shape [";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  throw Error(text + "])");
+}
+
+template <typename Array>
+std::vector<int64_t> shape_of(const Array& array) {
+  std::vector<int64_t> shape(array.ndim());
+  for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
+  return shape;
+}
+
+// str(value) of a Python object (nb::str of an attribute accessor would take it as a str as is).
+std::string text_of(nb::handle value) { return nb::str(value).c_str(); }
+
+// An argument nanobind could not import (DLPack, then the buffer protocol): an array of a dtype
+// DLPack has no code for (NumPy object, str, datetime, float128, big-endian...) is named with
+// its own dtype; anything else is not an array.
+[[noreturn]] void throw_not_importable(nb::handle value, const char* name) {
+  if (nb::hasattr(value, "dtype") && nb::hasattr(value, "shape")) {
+    throw Error(std::string(name) + " has dtype " + text_of(nb::object(value.attr("dtype"))) +
+                ", expected float16, bfloat16 or float32");
   }
+  throw ArgumentTypeError(std::string(name) +
+                          " must be a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX), "
+                          "got " + text_of(nb::object(value.type().attr("__name__"))));
+}
+
+// Inputs may be read-only (e.g. NumPy views of constants).
+InputArray input_array(nb::handle value, const char* name) {
+  InputArray array;
+  if (!nb::try_cast(value, array, /*convert=*/false)) throw_not_importable(value, name);
+  return array;
+}
+
+// Outputs must be writable: a read-only array (NumPy with flags.writeable=False, any DLPack
+// export flagged read-only) is named as such rather than left to a generic signature mismatch.
+OutputArray output_array(nb::handle value, const char* name) {
+  OutputArray array;
+  if (nb::try_cast(value, array, /*convert=*/false)) return array;
+  InputArray read_only;
+  if (nb::try_cast(value, read_only, /*convert=*/false)) {
+    throw Error(std::string(name) + " is read-only: the result is written into " + name +
+                ", so pass a writable array (a NumPy array with flags.writeable=False is "
+                "read-only)");
+  }
+  throw_not_importable(value, name);
 }
 
 // An empty tensor's strides carry no meaning (NumPy exports zeros for them): give it row-major
@@ -106,7 +185,7 @@ void normalize_empty_strides(TensorView& view) {
 
 template <typename Array>
 TensorView view_of(const Array& array, const char* name) {
-  check_rank(array.ndim(), name);
+  check_rank(shape_of(array), name);
   TensorView view;
   view.data = const_cast<void*>(static_cast<const void*>(array.data()));
   view.dtype = dtype_of(array.dtype(), name);
@@ -122,7 +201,7 @@ TensorView view_of(const Array& array, const char* name) {
 
 TensorView view_of_raw(const RawTensor& raw, const char* name) {
   const auto& [data_ptr, dtype_code, device_code, device_index, shape, strides] = raw;
-  check_rank(shape.size(), name);
+  check_rank(shape, name);
   if (strides.size() != shape.size()) {
     throw Error(std::string(name) + " has " + std::to_string(strides.size()) + " strides for " +
                 std::to_string(shape.size()) + " dimensions");
@@ -183,27 +262,42 @@ std::string run(const flashcore::AttentionArgs& args) {
   return flashcore::to_string(ran);
 }
 
-// Views are built in argument order so that the first bad argument is the one named.
-flashcore::AttentionArgs args_of_dlpack(const InputArray& q, const InputArray& k,
-                                        const InputArray& v, const OutputArray& out,
-                                        const std::optional<OutputArray>& lse,
+// The arrays of one DLPack call, imported in argument order so that the first bad argument is
+// the one named. They live until the call returns: a producer may tie the memory's lifetime to
+// its DLPack export.
+struct DlpackArrays {
+  InputArray q, k, v;
+  OutputArray out;
+  std::optional<OutputArray> lse;
+};
+
+DlpackArrays import_arrays(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                           nb::handle lse) {
+  DlpackArrays arrays{input_array(q, "q"), input_array(k, "k"), input_array(v, "v"),
+                      output_array(out, "out"), std::nullopt};
+  if (!lse.is_none()) arrays.lse = output_array(lse, "lse");
+  return arrays;
+}
+
+flashcore::AttentionArgs args_of_dlpack(const DlpackArrays& a,
                                         std::optional<float> softmax_scale, bool causal,
                                         const std::string& backend, uintptr_t stream,
                                         uintptr_t workspace, size_t workspace_bytes) {
-  const TensorView q_view = view_of(q, "q"), k_view = view_of(k, "k"), v_view = view_of(v, "v");
-  const TensorView out_view = view_of(out, "out");
+  const TensorView q_view = view_of(a.q, "q"), k_view = view_of(a.k, "k"),
+                   v_view = view_of(a.v, "v");
+  const TensorView out_view = view_of(a.out, "out");
   std::optional<TensorView> lse_view;
-  if (lse) lse_view = view_of(*lse, "lse");
+  if (a.lse) lse_view = view_of(*a.lse, "lse");
   return make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
                    stream, workspace, workspace_bytes);
 }
 
-std::string forward_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
-                           const OutputArray& out, const std::optional<OutputArray>& lse,
-                           std::optional<float> softmax_scale, bool causal,
+std::string forward_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                           nb::handle lse, std::optional<float> softmax_scale, bool causal,
                            const std::string& backend, uintptr_t stream, uintptr_t workspace,
                            size_t workspace_bytes) {
-  return run(args_of_dlpack(q, k, v, out, lse, softmax_scale, causal, backend, stream, workspace,
+  const DlpackArrays arrays = import_arrays(q, k, v, out, lse);
+  return run(args_of_dlpack(arrays, softmax_scale, causal, backend, stream, workspace,
                             workspace_bytes));
 }
 
@@ -225,12 +319,12 @@ std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor&
   return run(args);
 }
 
-std::string select_dlpack(const InputArray& q, const InputArray& k, const InputArray& v,
-                          const OutputArray& out, const std::optional<OutputArray>& lse,
-                          std::optional<float> softmax_scale, bool causal,
+std::string select_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
+                          nb::handle lse, std::optional<float> softmax_scale, bool causal,
                           const std::string& backend) {
+  const DlpackArrays arrays = import_arrays(q, k, v, out, lse);
   return flashcore::to_string(flashcore::select_backend(args_of_dlpack(
-      q, k, v, out, lse, softmax_scale, causal, backend, /*stream=*/0, /*workspace=*/0,
+      arrays, softmax_scale, causal, backend, /*stream=*/0, /*workspace=*/0,
       /*workspace_bytes=*/0)));
 }
 
@@ -252,7 +346,24 @@ size_t workspace_bytes_for(const Tensor& q, const std::optional<Tensor>& k, bool
 NB_MODULE(_flashcore, m) {
   m.doc() = "FlashCore C++ bindings (use the flashcore package, not this module directly)";
 
-  nb::exception<Error>(m, "FlashCoreError", PyExc_ValueError);
+  nb::exception<Error> flashcore_error(m, "FlashCoreError", PyExc_ValueError);
+  // FlashCoreTypeError(FlashCoreError, TypeError): `except TypeError` catches a wrong-type
+  // argument as Python code expects, and `except FlashCoreError` still catches every error.
+  // Registered after FlashCoreError, so its translator is tried first.
+  nb::object bases = nb::make_tuple(flashcore_error, nb::handle(PyExc_TypeError));
+  nb::object type_error = nb::steal(
+      PyErr_NewException("flashcore._flashcore.FlashCoreTypeError", bases.ptr(), nullptr));
+  if (!type_error.is_valid()) throw nb::python_error();
+  m.attr("FlashCoreTypeError") = type_error;
+  nb::register_exception_translator(
+      [](const std::exception_ptr& thrown, void* payload) {
+        try {
+          std::rethrow_exception(thrown);
+        } catch (const ArgumentTypeError& error) {
+          PyErr_SetString(static_cast<PyObject*>(payload), error.what());
+        }
+      },
+      type_error.ptr());  // the module attribute keeps the type alive
 
   m.def("attention_forward", &forward_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
@@ -274,8 +385,11 @@ NB_MODULE(_flashcore, m) {
         "The backend attention_forward would run for these arguments, or FlashCoreError.");
   m.def(
       "attention_workspace_bytes",
-      [](const InputArray& q, const std::optional<InputArray>& k, bool causal) {
-        return workspace_bytes_for(q, k, causal, view_of<InputArray>);
+      [](nb::handle q, nb::handle k, bool causal) {
+        const InputArray q_array = input_array(q, "q");
+        std::optional<InputArray> k_array;
+        if (!k.is_none()) k_array = input_array(k, "k");
+        return workspace_bytes_for(q_array, k_array, causal, view_of<InputArray>);
       },
       nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
       "Bytes of device workspace a call on q (and k) needs (0 on the host).");

@@ -14,13 +14,14 @@ torch.
 import sys as _sys
 
 from . import _arrays
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 from ._flashcore import backend_available as _backend_available
 from ._flashcore import supported_head_dims as _supported_head_dims
 from ._flashcore import version as _version
 
 __all__ = [
     "FlashCoreError",
+    "FlashCoreTypeError",
     "attention",
     "attention_workspace_bytes",
     "backend_available",
@@ -76,34 +77,35 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, ou
 
     q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim], any
     strides with the last dimension contiguous; float16, bfloat16 or float32 (all the same).
-    causal: query i sees key j <= i + seqlen_k - seqlen_q (bottom-right aligned).
-    softmax_scale: default 1/sqrt(head_dim). heads_q must be a multiple of heads_kv (GQA/MQA).
-    return_lse: also return lse [batch, heads_q, seqlen_q] float32 (natural log).
-    out: write into this array (same shape/dtype/device as q) instead of allocating one.
+    causal: a bool; query i sees key j <= i + seqlen_k - seqlen_q (bottom-right aligned).
+    softmax_scale: a real number, finite and > 0; default 1/sqrt(head_dim). heads_q must be a
+        multiple of heads_kv (GQA/MQA).
+    return_lse: a bool; also return lse [batch, heads_q, seqlen_q] float32 (natural log).
+    out: write into this array (writable, same shape/dtype/device as q) instead of allocating.
     backend: None/"auto", "reference", "cpu", "sm80" or "sm90".
-    stream: CUDA stream as an integer (cudaStream_t address) for CUDA arrays; default: torch's
-        current stream for torch tensors, CuPy's current stream for CuPy arrays, else 0 (legacy
-        default stream).
+    stream: CUDA arrays only (None for host arrays): a cudaStream_t handle as an int, or a
+        stream object of q's device (torch.cuda.Stream, cupy.cuda.Stream, or any with
+        __cuda_stream__); default: torch's current stream for torch tensors, CuPy's current
+        stream for CuPy arrays, else 0 (legacy default stream).
 
     Returns out, or (out, lse) when return_lse. Raises FlashCoreError (a ValueError) naming the
-    argument, its value and what was expected.
+    argument, its value and what was expected; for an argument of the wrong type (causal="yes",
+    softmax_scale="a", q a list) FlashCoreTypeError, which is a FlashCoreError and a TypeError.
     """
+    causal = _arrays.flag("causal", causal)
+    return_lse = _arrays.flag("return_lse", return_lse)
+    softmax_scale = _arrays.softmax_scale_value(softmax_scale)
     if _is_torch_tensor(q):
         torch_entry = _torch_entry()
         if out is None and stream is None:  # the common call: straight to the torch op's entry
             return torch_entry.attention(q, k, v, causal, softmax_scale, return_lse, "bshd",
                                          backend)
         return torch_entry.attention_any(
-            q, k, v, causal=bool(causal),
-            softmax_scale=None if softmax_scale is None else float(softmax_scale),
-            return_lse=bool(return_lse), out=out, backend=_arrays.backend_name(backend),
-            stream=stream)
-    backend = _arrays.backend_name(backend)
-    if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
+            q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse, out=out,
+            backend=_arrays.backend_name(backend), stream=stream)
     return _arrays.attention_dlpack(
-        q, k, v, causal=bool(causal), softmax_scale=softmax_scale, return_lse=bool(return_lse),
-        out=out, backend=backend, stream=stream)
+        q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse, out=out,
+        backend=_arrays.backend_name(backend), stream=stream)
 
 
 def attention_workspace_bytes(q, k=None, *, causal=False):
@@ -111,6 +113,7 @@ def attention_workspace_bytes(q, k=None, *, causal=False):
     allocates it itself from the array's allocator; this is for code that manages its own
     buffers. On a Hopper GPU decode-sized calls split the keys over several CTAs and keep partial
     results there, sized from k's shape; without k the answer holds for any k (up to a few MB)."""
+    causal = _arrays.flag("causal", causal)
     if _is_torch_tensor(q):
         from . import torch as _flashcore_torch
 
@@ -124,6 +127,6 @@ def attention_workspace_bytes(q, k=None, *, causal=False):
 def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):
     """The backend `attention` would run for these arrays (NumPy/DLPack), or FlashCoreError."""
     return _arrays.select_backend_dlpack(
-        q, k, v, causal=bool(causal),
-        softmax_scale=None if softmax_scale is None else float(softmax_scale),
+        q, k, v, causal=_arrays.flag("causal", causal),
+        softmax_scale=_arrays.softmax_scale_value(softmax_scale),
         backend=_arrays.backend_name(backend))

@@ -1,18 +1,30 @@
 """flashcore.attention for NumPy arrays and other DLPack arrays (CuPy, JAX): allocation of out and
-lse with the array's own module, then one call into the nanobind module."""
+lse with the array's own module, then one call into the nanobind module. Also the checks of the
+non-tensor arguments that every entry point (NumPy and torch) shares.
 
+Errors: a bad value raises FlashCoreError (a ValueError); an argument of the wrong type raises
+FlashCoreTypeError, which is a FlashCoreError and a TypeError. Messages name the argument, the
+value and what was expected."""
+
+import math
+import numbers
 import sys
 
 import numpy as np
 
 from . import _flashcore
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 
 # Codes of the raw tensor tuples understood by _flashcore.attention_forward_raw.
 RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32 = 0, 1, 2
 RAW_CPU, RAW_CUDA = 0, 1
 
 _EXPECTED_ARRAY = "a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX)"
+# DLPack device types of host memory (kDLCPU, kDLCUDAHost: pinned memory is host memory).
+_DLPACK_HOST_DEVICES = (1, 3)
+_FLOAT32_MAX = 3.4028234663852886e38  # the library takes softmax_scale as a float32
+BSHD_DIMS = "[batch, seqlen, heads, head_dim]"
+BHSD_DIMS = "[batch, heads, seqlen, head_dim]"
 
 
 def backend_name(backend):
@@ -20,7 +32,7 @@ def backend_name(backend):
     if backend is None:
         return "auto"
     if not isinstance(backend, str):
-        raise FlashCoreError(
+        raise FlashCoreTypeError(
             f"backend must be a string (auto, reference, cpu, sm80, sm90), got {backend!r}")
     return backend
 
@@ -28,7 +40,112 @@ def backend_name(backend):
 def check_array(name, value):
     if isinstance(value, np.ndarray) or hasattr(value, "__dlpack__"):
         return
-    raise FlashCoreError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
+    raise FlashCoreTypeError(f"{name} must be {_EXPECTED_ARRAY}, got {type(value).__name__}")
+
+
+def flag(name, value):
+    """causal / return_lse as a bool. Anything but True/False (or a NumPy bool) is a TypeError:
+    truthiness would turn causal="no" into a causal call."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise FlashCoreTypeError(
+        f"{name} must be a bool (True or False), got {value!r} of type {type(value).__name__}")
+
+
+def softmax_scale_value(value):
+    """softmax_scale as a Python float, or None for the default 1/sqrt(head_dim). Real numbers
+    and objects float() takes (0-d arrays, NumPy scalars) pass; strings and bools, which float()
+    would also take, are a TypeError. Whether the value is finite and > 0 is the library's check
+    (one rule, one wording); only a finite value too large for its float32 is caught here, where
+    the caller's value can still be named."""
+    if value is None or type(value) is float and abs(value) <= _FLOAT32_MAX:
+        return value
+    if isinstance(value, (str, bytes, bool, np.bool_)):
+        scale = None
+    else:
+        try:
+            scale = float(value)
+        except (TypeError, ValueError):
+            scale = None
+    if scale is None:
+        raise FlashCoreTypeError(
+            f"softmax_scale must be None or a real number (a finite float > 0), got {value!r} "
+            f"of type {type(value).__name__}")
+    if _FLOAT32_MAX < abs(scale) < math.inf:  # comparisons only: torch.compile traces them
+        raise FlashCoreError(
+            f"softmax_scale must be finite and > 0 as a float32 (at most {_FLOAT32_MAX:.7g}), "
+            f"got {value!r}")
+    return scale
+
+
+def rank_error(name, shape, dims=BSHD_DIMS):
+    """The library's rank message (src/api/validate.cpp), for the checks done in Python."""
+    expected = dims.count(",") + 1
+    sizes = ", ".join(str(size) for size in shape)
+    return FlashCoreError(
+        f"{name} must have {expected} dimensions {dims}, got {len(shape)} (shape [{sizes}])")
+
+
+def _stream_device_index(stream):
+    """The CUDA device index a stream object says it belongs to, or None when it does not say
+    (an int handle carries no device)."""
+    device = getattr(stream, "device", None)  # torch.cuda.Stream: a torch.device
+    index = getattr(device, "index", None)
+    if index is None:
+        index = getattr(stream, "device_id", None)  # cupy.cuda.Stream
+    return index if isinstance(index, int) else None
+
+
+def stream_handle(stream, host, device_index):
+    """The cudaStream_t (an int) of `stream` for a call on q's device: host (cpu) or CUDA device
+    `device_index` (None: unknown). Accepted: an int handle (0 the legacy default stream,
+    1 cudaStreamLegacy, 2 cudaStreamPerThread, else a cudaStream_t address), or a stream object:
+    __cuda_stream__() (the CUDA stream protocol), torch.cuda.Stream (.cuda_stream),
+    cupy.cuda.Stream (.ptr). An int is trusted (a wrong handle fails at launch); an object's
+    device must be q's. Host arrays take no stream: a host call runs synchronously on the
+    calling thread, so a stream would silently mean nothing."""
+    if host:
+        raise FlashCoreError(
+            f"stream must be None for host (cpu) arrays, got {stream!r}: host backends run "
+            "synchronously on the calling thread; streams apply to CUDA arrays only")
+    if isinstance(stream, (bool, np.bool_)):
+        handle = None
+    elif isinstance(stream, numbers.Integral):
+        handle = int(stream)
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = stream.__cuda_stream__()[1]  # (protocol version, handle)
+    elif hasattr(stream, "cuda_stream"):
+        handle = stream.cuda_stream
+    elif hasattr(stream, "ptr"):
+        handle = stream.ptr
+    else:
+        handle = None
+    if not isinstance(handle, numbers.Integral):
+        raise FlashCoreTypeError(
+            "stream must be None, a cudaStream_t handle (int) or a CUDA stream object "
+            f"(torch.cuda.Stream, cupy.cuda.Stream, __cuda_stream__), got {stream!r} of type "
+            f"{type(stream).__name__}")
+    if handle < 0:
+        raise FlashCoreError(f"stream must be a cudaStream_t handle >= 0, got {stream!r}")
+    stream_device = _stream_device_index(stream)
+    if None not in (stream_device, device_index) and stream_device != device_index:
+        raise FlashCoreError(
+            f"stream {stream!r} is on cuda:{stream_device} but q is on cuda:{device_index}; "
+            "pass a stream of q's device")
+    return int(handle)
+
+
+def _dlpack_device(array):
+    """(DLPack device type, index) of a NumPy or DLPack array; None when it cannot say (the
+    library then reports the device of the tensors it imports)."""
+    if isinstance(array, np.ndarray):
+        return (1, 0)
+    try:
+        return tuple(array.__dlpack_device__())
+    except Exception:  # noqa: BLE001 (any producer's failure: let the import report it)
+        return None
 
 
 def _is_numpy_bfloat16(array):
@@ -36,7 +153,16 @@ def _is_numpy_bfloat16(array):
     return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
 
 
-def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16):
+READ_ONLY_OUT = ("{name} is read-only: the result is written into {name}, so pass a writable "
+                 "array (a NumPy array with flags.writeable=False is read-only)")
+
+
+def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16, writable=False):
+    """A raw tensor tuple of a NumPy array; `writable` for outputs, which the raw path would
+    otherwise write even when read-only (the DLPack path checks this in _flashcore.cpp, with
+    the same message)."""
+    if writable and not array.flags.writeable:
+        raise FlashCoreError(READ_ONLY_OUT.format(name=name))
     itemsize = array.dtype.itemsize
     if any(stride % itemsize for stride in array.strides):
         raise FlashCoreError(
@@ -56,9 +182,14 @@ def _array_module(array):
     return None
 
 
-def _default_stream(array, stream):
+def _launch_stream(array, stream):
+    """The stream handle of a NumPy/DLPack call: the caller's (checked against q's device), else
+    CuPy's current stream for CuPy arrays, else 0 (the legacy default stream; none for host)."""
     if stream is not None:
-        return int(stream)
+        device = _dlpack_device(array)
+        if device is None:  # the library reports q's device when it imports q
+            return stream_handle(stream, False, None)
+        return stream_handle(stream, device[0] in _DLPACK_HOST_DEVICES, device[1])
     if type(array).__module__.split(".")[0] == "cupy":
         return sys.modules["cupy"].cuda.get_current_stream().ptr
     return 0
@@ -118,16 +249,17 @@ def _workspace(q, k, causal, stream):
 def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
     for name, value in (("q", q), ("k", k), ("v", v)):
         check_array(name, value)
+    stream = _launch_stream(q, stream)  # before allocating: a bad stream costs nothing
     out, lse = _allocate_outputs(q, out, return_lse)
     if any(_is_numpy_bfloat16(a) for a in (q, k, v, out)):
         tensors = [
-            _numpy_raw(name, a) if _is_numpy_bfloat16(a) else _not_bfloat16(name, a)
+            _numpy_raw(name, a, writable=name == "out") if _is_numpy_bfloat16(a)
+            else _not_bfloat16(name, a)
             for name, a in (("q", q), ("k", k), ("v", v), ("out", out))
         ]
         lse_raw = None if lse is None else _numpy_raw("lse", lse, RAW_FLOAT32)
         _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
     else:
-        stream = _default_stream(q, stream)
         workspace, workspace_ptr, workspace_bytes = _workspace(q, k, causal, stream)
         _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend, stream,
                                      workspace_ptr, workspace_bytes)

@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import torch
 
 from . import _arrays, _flashcore
-from ._flashcore import FlashCoreError
+from ._flashcore import FlashCoreError, FlashCoreTypeError
 
 __all__ = ["attention", "LAYOUTS", "BACKWARD_MISSING"]
 
@@ -66,12 +66,13 @@ def _raw(name, tensor, bhsd=False):
     return (tensor.data_ptr(), dtype_code, device_code, index, shape, strides)
 
 
-def _check_tensor(name, tensor):
+def _check_tensor(name, tensor, dims=_arrays.BSHD_DIMS):
+    """A torch.Tensor of rank 4; `dims` names the dimensions of the caller's layout. The rank
+    message is the library's (one wording for every tensor and entry point)."""
     if not isinstance(tensor, torch.Tensor):
-        raise FlashCoreError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        raise FlashCoreTypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if tensor.dim() != _TENSOR_RANK:
-        raise FlashCoreError(
-            f"{name} has {tensor.dim()} dimensions (shape {tuple(tensor.shape)}), expected 4")
+        raise _arrays.rank_error(name, tuple(tensor.shape), dims)
 
 
 def _to_bshd(tensor, layout):
@@ -94,7 +95,8 @@ def workspace_bytes(q, k=None, causal=False):
     if k is not None:
         _check_tensor("k", k)
         k_raw = _raw("k", k)
-    return _flashcore.attention_workspace_bytes_raw(_raw("q", q), k_raw, bool(causal))
+    causal = _arrays.flag("causal", causal)
+    return _flashcore.attention_workspace_bytes_raw(_raw("q", q), k_raw, causal)
 
 
 def _workspace(q_raw, k_raw, causal, q, record_on):
@@ -196,10 +198,11 @@ _attention_forward.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _check_common(q, k, v, layout):
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _check_tensor(name, tensor)
     if layout not in LAYOUTS:
         raise FlashCoreError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    dims = _arrays.BHSD_DIMS if layout == "bhsd" else _arrays.BSHD_DIMS
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(name, tensor, dims)
 
 
 _Tensor = torch.Tensor
@@ -242,9 +245,9 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layou
     calls with nothing for the dispatcher to do run the op's implementation directly.
     """
     _check_common(q, k, v, layout)
-    causal = bool(causal)
-    softmax_scale = None if softmax_scale is None else float(softmax_scale)
-    return_lse = bool(return_lse)
+    causal = _arrays.flag("causal", causal)
+    softmax_scale = _arrays.softmax_scale_value(softmax_scale)
+    return_lse = _arrays.flag("return_lse", return_lse)
     backend = _arrays.backend_name(backend)
     if _dispatcher_has_work(q, k, v):
         out, lse = torch.ops.flashcore.attention_forward(q, k, v, causal, softmax_scale,
@@ -275,16 +278,20 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
                          return_lse=return_lse, backend=backend)
     _check_common(q, k, v, "bshd")
     if not isinstance(out, torch.Tensor) and out is not None:
-        raise FlashCoreError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
+        raise FlashCoreTypeError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError(BACKWARD_MISSING)
+    current = _current_stream(q)
+    if stream is None:
+        stream = current
+    else:  # a CPU tensor takes no stream; a stream object must be of q's device
+        stream = _arrays.stream_handle(stream, not q.is_cuda,
+                                       q.get_device() if q.is_cuda else None)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = None
     if return_lse:
         lse = torch.empty(_arrays.lse_shape(q), dtype=torch.float32, device=q.device)
-    current = _current_stream(q)
-    stream = current if stream is None else int(stream)
     q_raw = _raw("q", q)
     _launch(q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
             None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend, stream,

@@ -18,7 +18,9 @@ namespace {
 
 constexpr int kAttentionRank = 4;  // [batch, seqlen, heads, head_dim]
 constexpr const char* kDimNames[kAttentionRank] = {"batch", "seqlen", "heads", "head_dim"};
+constexpr const char* kAttentionDims = "[batch, seqlen, heads, head_dim]";
 constexpr int kLseRank = 3;        // [batch, heads_q, seqlen_q]
+constexpr const char* kLseDims = "[batch, heads_q, seqlen_q]";
 
 [[noreturn]] void fail(const std::string& message) { throw Error(message); }
 
@@ -36,12 +38,19 @@ std::string address_string(const void* ptr) {
   return text.str();
 }
 
-// Sizes, strides and pointer of one tensor on its own.
-void check_tensor(const char* name, const TensorView& t, int rank) {
+// One wording for every tensor, e.g. "q must have 4 dimensions [batch, seqlen, heads, head_dim],
+// got 3 (shape [16, 4, 64])". The Python module words the ranks it checks itself (ranks a
+// TensorView cannot hold, torch tensors) the same way.
+void check_rank(const char* name, const TensorView& t, int rank, const char* dims) {
   if (t.ndim != rank) {
-    fail(std::string(name) + " must be " + std::to_string(rank) + "-D, got ndim=" +
-         std::to_string(t.ndim) + " " + shape_string(t));
+    fail(std::string(name) + " must have " + std::to_string(rank) + " dimensions " + dims +
+         ", got " + std::to_string(t.ndim) + " (shape " + shape_string(t) + ")");
   }
+}
+
+// Sizes, strides and pointer of one tensor on its own.
+void check_tensor(const char* name, const TensorView& t, int rank, const char* dims) {
+  check_rank(name, t, rank, dims);
   for (int i = 0; i < rank; ++i) {
     if (t.shape[i] < 0) {
       fail(std::string("size of dim ") + std::to_string(i) + " of " + name +
@@ -129,10 +138,7 @@ void check_cuda_alignment(const char* name, const TensorView& t) {
 
 void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_t seqlen_q) {
   const TensorView& lse = *args.lse;
-  if (lse.ndim != kLseRank) {
-    fail("lse must be 3-D [batch, heads_q, seqlen_q], got ndim=" + std::to_string(lse.ndim) +
-         " " + shape_string(lse));
-  }
+  check_rank("lse", lse, kLseRank, kLseDims);
   if (lse.shape[0] != batch || lse.shape[1] != heads_q || lse.shape[2] != seqlen_q) {
     fail("lse must have shape [" + std::to_string(batch) + ", " + std::to_string(heads_q) + ", " +
          std::to_string(seqlen_q) + "] (batch, heads_q, seqlen_q), got " + shape_string(lse));
@@ -140,7 +146,7 @@ void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_
   if (lse.dtype != DType::kFloat32) {
     fail(std::string("lse must be fp32, got ") + to_string(lse.dtype));
   }
-  check_tensor("lse", lse, kLseRank);  // strides and pointer, as for q/k/v/out
+  check_tensor("lse", lse, kLseRank, kLseDims);  // strides and pointer, as for q/k/v/out
   check_same_device("lse", lse, "q", args.q);
   for (auto [name, t] : {std::pair{"q", &args.q}, {"k", &args.k}, {"v", &args.v},
                          {"out", &args.out}}) {
@@ -249,10 +255,10 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 
 AttentionParams validate_common(const AttentionArgs& args) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &out = args.out;
-  check_tensor("q", q, kAttentionRank);
-  check_tensor("k", k, kAttentionRank);
-  check_tensor("v", v, kAttentionRank);
-  check_tensor("out", out, kAttentionRank);
+  check_tensor("q", q, kAttentionRank, kAttentionDims);
+  check_tensor("k", k, kAttentionRank, kAttentionDims);
+  check_tensor("v", v, kAttentionRank, kAttentionDims);
+  check_tensor("out", out, kAttentionRank, kAttentionDims);
 
   check_same_device("q", q, "k", k);
   check_same_device("q", q, "v", v);

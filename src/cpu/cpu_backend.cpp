@@ -4,8 +4,9 @@
 //   for each block of kKeyBlock keys the block can see:
 //     load K transposed [d][keys] and V [keys][d] as float
 //     S = Q K^T                      (register-tiled 4 x 8 micro-kernel)
-//     online softmax per row: new max, rescale running sum and O, P = exp(S - max), masked P = 0
-//     O += P V                       (same micro-kernel)
+//     online softmax per row: new max, rescale running sum and O, P = exp(S - max)
+//     O += P V over the keys each row sees (same micro-kernel; masked keys are skipped, never
+//     multiplied by P = 0, since 0 * NaN or 0 * Inf in a hidden V row would still be NaN)
 //   out = O / sum, lse = max + log(sum); a row that saw no key gets out = 0, lse = -inf
 #include "cpu/cpu_backend.h"
 
@@ -85,16 +86,18 @@ inline void gemm_tile(const float* a, int lda, const float* b, int ldb, int dept
 }
 #endif
 
-// Per-thread buffers. Rows and columns are padded to the micro-kernel tile; padding stays finite
-// (zero-initialised, then stale values) and its results are never read.
+// Per-thread buffers. Rows and columns are padded to the micro-kernel tile; padding is
+// zero-initialised, then holds stale values, and its results are never read (a padding key's V
+// row is never multiplied in: O += P V runs over visible keys only).
 struct Workspace {
   int d, d_pad;
   std::vector<float> q, o, k_t, v, s, row_max, row_sum, correction;
+  std::vector<int> visible;  // keys of the current key block each row sees (a prefix)
   explicit Workspace(int head_dim)
       : d(head_dim), d_pad(round_up(head_dim, kTileCols)), q(size_t(kQueryBlock) * d),
         o(size_t(kQueryBlock) * d_pad), k_t(size_t(d) * kKeyBlock), v(size_t(kKeyBlock) * d_pad),
         s(size_t(kQueryBlock) * kKeyBlock), row_max(kQueryBlock), row_sum(kQueryBlock),
-        correction(kQueryBlock) {}
+        correction(kQueryBlock), visible(kQueryBlock) {}
 };
 
 void load_kv_block(const AttentionParams& p, int b, int kv_head, int n_begin, int keys,
@@ -109,7 +112,8 @@ void load_kv_block(const AttentionParams& p, int b, int kv_head, int n_begin, in
   }
 }
 
-// Turns row i of S into P in place (masked and padding keys get 0) and updates max/sum.
+// Turns row i of S into P in place (masked and padding keys get 0) and updates max/sum. Only the
+// first `visible` scores are read: a masked key's score may be NaN or Inf (from K).
 void softmax_row(const AttentionParams& p, int visible, int i, Workspace& w) {
   float* s = &w.s[size_t(i) * kKeyBlock];
   if (visible == 0) {
@@ -126,6 +130,33 @@ void softmax_row(const AttentionParams& p, int visible, int i, Workspace& w) {
   std::fill(s + visible, s + kKeyBlock, 0.0f);
   w.row_sum[i] = w.row_sum[i] * w.correction[i] + block_sum;
   w.row_max[i] = new_max;
+}
+
+// O += P V for rows [0, rows) of the block, each over the first w.visible[row] keys only. Visible
+// counts never decrease down a block (row i + 1 sees every key row i sees), so a tile of
+// kTileRows rows runs the micro-kernel over the keys its first row sees, which all its rows see,
+// and adds the rest of each row's keys (at most kTileRows - 1, on the causal diagonal) one by
+// one. Keys a row does not see are never read for it: their P is 0, but 0 * NaN and 0 * Inf
+// are NaN, so an unwritten or poisoned V row would otherwise leak into rows it is hidden from.
+void accumulate_pv(int rows, Workspace& w) {
+  const int d = w.d, d_pad = w.d_pad;
+  for (int i = 0; i < rows; i += kTileRows) {
+    const int shared_keys = w.visible[i];
+    if (shared_keys > 0) {
+      for (int c = 0; c < d_pad; c += kTileCols) {
+        gemm_tile(&w.s[size_t(i) * kKeyBlock], kKeyBlock, &w.v[c], d_pad, shared_keys,
+                  &w.o[size_t(i) * d_pad + c], d_pad, true);
+      }
+    }
+    for (int r = i + 1; r < std::min(i + kTileRows, rows); ++r) {
+      const float* p_row = &w.s[size_t(r) * kKeyBlock];
+      float* o = &w.o[size_t(r) * d_pad];
+      for (int j = shared_keys; j < w.visible[r]; ++j) {
+        const float* v_row = &w.v[size_t(j) * d_pad];
+        for (int c = 0; c < d; ++c) o[c] += p_row[j] * v_row[c];
+      }
+    }
+  }
 }
 
 void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace& w) {
@@ -159,16 +190,12 @@ void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace
       // Causal: key n_begin + j is visible iff n_begin + j <= row + offset.
       int visible = keys;
       if (p.causal) visible = std::clamp(m_begin + i + offset + 1 - n_begin, 0, keys);
+      w.visible[i] = visible;
       softmax_row(p, visible, i, w);
       float* o = &w.o[size_t(i) * d_pad];
       for (int c = 0; c < d; ++c) o[c] *= w.correction[i];
     }
-    for (int i = 0; i < rows_pad; i += kTileRows) {
-      for (int c = 0; c < d_pad; c += kTileCols) {
-        gemm_tile(&w.s[size_t(i) * kKeyBlock], kKeyBlock, &w.v[c], d_pad, keys,
-                  &w.o[size_t(i) * d_pad + c], d_pad, true);
-      }
-    }
+    accumulate_pv(rows, w);
   }
 
   for (int i = 0; i < rows; ++i) {

@@ -2,8 +2,11 @@
 // default scale, and the host fp16/bf16 conversions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
+#include <string>
 
 #include "cpu/half_convert.h"
 #include "cpu_runner.h"
@@ -108,6 +111,70 @@ TEST_P(HostBackends, DefaultScaleIsInverseSqrtHeadDim) {
   explicit_scale.run(false, GetParam(), 0.25f);
   EXPECT_EQ(implicit.out, explicit_scale.out);
   EXPECT_EQ(implicit.lse, explicit_scale.lse);
+}
+
+// A key the causal mask hides from a row must not reach that row, whatever it holds: NaN or Inf
+// in its K or V row (e.g. an unwritten KV-cache slot) must leave the row exactly as it is on
+// clean data. Multiplying P = 0 by V = NaN gives NaN, so masked keys must be skipped, not zeroed.
+// Every key is visible to the last query row under bottom-right alignment, so the rows checked
+// are those before the poisoned key: rows i with i + seqlen_k - seqlen_q < key.
+TEST_P(HostBackends, PoisonedMaskedKeysDoNotReachTheOutput) {
+  constexpr int kHeadDim = 20;  // not a multiple of the cpu backend's 8-column micro-tile
+  const float kInf = std::numeric_limits<float>::infinity();
+  struct Poison {
+    const char* name;
+    bool in_k;
+    float value;
+  };
+  const Poison poisons[] = {{"V=NaN", false, std::nanf("")}, {"V=+Inf", false, kInf},
+                            {"V=-Inf", false, -kInf},        {"K=NaN", true, std::nanf("")},
+                            {"K=+Inf", true, kInf}};
+  // (seqlen_q, seqlen_k): square, fewer queries than keys, more queries than keys (top rows see
+  // nothing); poisoned keys inside and at the edges of the cpu backend's 64-key blocks.
+  struct Case {
+    int sq, sk;
+    std::vector<int> keys;
+  };
+  const Case cases[] = {{200, 200, {1, 63, 64, 100, 199}},
+                        {100, 260, {170, 200, 223, 259}},
+                        {260, 100, {0, 50, 63, 99}}};
+  for (const Case& c : cases) {
+    TinyProblem clean(c.sq, c.sk, kHeadDim);
+    std::mt19937 rng(c.sq * 1000 + c.sk);
+    std::normal_distribution<float> normal;
+    for (std::vector<float>* t : {&clean.q, &clean.k, &clean.v}) {
+      for (float& x : *t) x = normal(rng);
+    }
+    clean.run(true, GetParam());
+    const int offset = c.sk - c.sq;
+    for (int key : c.keys) {
+      for (const Poison& poison : poisons) {
+        TinyProblem poisoned = clean;
+        float* row = (poison.in_k ? poisoned.k : poisoned.v).data() + size_t(key) * kHeadDim;
+        std::fill(row, row + kHeadDim, poison.value);
+        poisoned.run(true, GetParam());
+        const int clean_rows = std::clamp(key - offset, 0, c.sq);  // rows that never see `key`
+        int bad = 0;
+        std::string first;
+        for (int i = 0; i < clean_rows; ++i) {
+          for (int col = 0; col < kHeadDim; ++col) {
+            const float got = poisoned.out[size_t(i) * kHeadDim + col];
+            const float want = clean.out[size_t(i) * kHeadDim + col];
+            if (got == want) continue;  // bitwise equal but for the sign of zero
+            if (bad++ == 0) {
+              first = "row " + std::to_string(i) + " col " + std::to_string(col) + ": got " +
+                      std::to_string(got) + ", clean run " + std::to_string(want);
+            }
+          }
+          EXPECT_EQ(poisoned.lse[i], clean.lse[i]) << "lse row " << i;
+        }
+        EXPECT_EQ(bad, 0) << poison.name << " at key " << key << " (seqlen_q " << c.sq
+                          << ", seqlen_k " << c.sk << "): " << bad << " of "
+                          << clean_rows * kHeadDim
+                          << " outputs of rows that cannot see the key changed; first " << first;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(CpuAndReference, HostBackends,

@@ -68,15 +68,23 @@ class Validation : public ::testing::Test {
   }
 };
 
+// One wording for every tensor (the Python module uses it too: tests/python/test_errors.py).
 TEST_F(Validation, TensorsMustBe4D) {
   args.q = make_tensor(q_buf.data(), DType::kFloat16, kCpu, {kB * kSq, kHq, kD});
-  EXPECT_ERROR_MENTIONS(args, "q must be 4-D", "ndim=3");
+  EXPECT_EQ(error_of(args),
+            "q must have 4 dimensions [batch, seqlen, heads, head_dim], got 3 (shape [32, 8, 64])");
+  SetUp();
+  args.k = make_tensor(k_buf.data(), DType::kFloat16, kCpu, {kB, kSk, kHkv * kD});
+  EXPECT_ERROR_MENTIONS(args, "k must have 4 dimensions [batch, seqlen, heads, head_dim]",
+                        "got 3 (shape [2, 24, 128])");
   SetUp();
   args.out = make_tensor(o_buf.data(), DType::kFloat16, kCpu, {kB, kSq, kHq * kD});
-  EXPECT_ERROR_MENTIONS(args, "out must be 4-D", "ndim=3");
+  EXPECT_ERROR_MENTIONS(args, "out must have 4 dimensions [batch, seqlen, heads, head_dim]",
+                        "got 3 (shape [2, 16, 512])");
   SetUp();
   args.v = make_tensor(v_buf.data(), DType::kFloat16, kCpu, {kB * kSk * kHkv * kD});
-  EXPECT_ERROR_MENTIONS(args, "v must be 4-D", "ndim=1");
+  EXPECT_ERROR_MENTIONS(args, "v must have 4 dimensions [batch, seqlen, heads, head_dim]",
+                        "got 1 (shape [6144])");
 }
 
 TEST_F(Validation, HeadsQMustBeMultipleOfHeadsKv) {
@@ -280,7 +288,8 @@ TEST_F(Validation, LseShapeDtypeStrideAndDevice) {
   args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kSq, kHq});
   EXPECT_ERROR_MENTIONS(args, "lse must have shape [2, 8, 16]", "got [2, 16, 8]");
   args.lse = make_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB * kHq * kSq});
-  EXPECT_ERROR_MENTIONS(args, "lse must be 3-D", "ndim=1");
+  EXPECT_ERROR_MENTIONS(args, "lse must have 3 dimensions [batch, heads_q, seqlen_q], got 1",
+                        "(shape [256])");
   args.lse = make_tensor(lse_buf.data(), DType::kFloat16, kCpu, {kB, kHq, kSq});
   EXPECT_ERROR_MENTIONS(args, "lse must be fp32, got fp16");
   args.lse = make_strided_tensor(lse_buf.data(), DType::kFloat32, kCpu, {kB, kHq, kSq / 2},

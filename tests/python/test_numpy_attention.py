@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import flashcore
-from attention_reference import check_accuracy, random_bshd
+from attention_reference import (assert_within_rule, attention_reference, baseline_attention,
+                                 check_accuracy, random_bshd)
 
 # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim): tails, both causal alignments
 # (seqlen_q < seqlen_k and seqlen_q > seqlen_k, which leaves rows with no visible key), GQA 4
@@ -108,3 +109,43 @@ def test_bfloat16_through_ml_dtypes():
     out = flashcore.attention(q, k, v, causal=True)
     assert out.dtype == ml_dtypes.bfloat16
     check_accuracy("bf16", out, None, q, k, v, causal=True)
+
+
+# (seqlen_q, seqlen_k, poisoned key): square, fewer queries than keys (decode-like chunk), more
+# queries than keys (top rows see nothing); keys inside and at the edges of 64-key blocks.
+POISON_CASES = [(200, 200, 100), (200, 200, 63), (100, 260, 200), (100, 260, 259),
+                (260, 100, 50), (260, 100, 99)]
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("target", ["k", "v"])
+@pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("case", POISON_CASES, ids=lambda c: "sq{}_sk{}_key{}".format(*c))
+def test_causally_hidden_nan_and_inf_keys_do_not_reach_the_output(case, poison, target, dtype,
+                                                                   backend):
+    """NaN/Inf in a K or V row (an unwritten KV-cache slot, say) must not touch the rows the
+    causal mask hides it from. Every key is visible to the last query row, so the rows checked
+    are those before the key: rows i with i + seqlen_k - seqlen_q < key. They must be finite and
+    match the float64 reference on clean data."""
+    seqlen_q, seqlen_k, key = case
+    rng = np.random.default_rng(seqlen_q * 1000 + key)
+    q = random_bshd(rng, 1, seqlen_q, 4, 64, dtype)
+    k, v = (random_bshd(rng, 1, seqlen_k, 2, 64, dtype) for _ in range(2))
+    poisoned = {"k": k.copy(), "v": v.copy()}
+    poisoned[target][:, key] = poison
+    out, lse = flashcore.attention(q, poisoned["k"], poisoned["v"], causal=True,
+                                   return_lse=True, backend=backend)
+    rows = min(max(key - (seqlen_k - seqlen_q), 0), seqlen_q)  # rows that never see `key`
+    assert rows > 0
+    hidden = out[:, :rows].astype(np.float64)
+    bad = np.argwhere(~np.isfinite(hidden))
+    assert bad.size == 0, (
+        f"{backend}: {target}[{key}] = {poison} reached {len(bad)} outputs of rows that cannot "
+        f"see it; first at [batch, row, head, col] {bad[0].tolist()} = {hidden[tuple(bad[0])]}")
+    # The reference runs on the whole clean problem (causal alignment depends on seqlen_q).
+    reference = attention_reference(q, k, v, causal=True)
+    baseline = baseline_attention(q, k, v, causal=True)
+    assert_within_rule(f"{backend} rows 0..{rows - 1} with {target}[{key}] = {poison}",
+                       out[:, :rows], lse[:, :, :rows],
+                       *[(o[:, :rows], l[:, :, :rows]) for o, l in (reference, baseline)])

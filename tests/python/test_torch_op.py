@@ -221,7 +221,18 @@ def test_dtype_and_argument_errors(device):
     cases = [
         ((q.double(), k, v), {}, r"q has dtype torch.float64, expected torch.float16"),
         ((q, k.bfloat16(), v), {}, r"dtype of k \(bf16\) does not match dtype of q \(fp16\)"),
-        ((q[0], k, v), {}, r"q has 3 dimensions \(shape \(16, 2, 64\)\), expected 4"),
+        ((q[0], k, v), {},
+         r"^q must have 4 dimensions \[batch, seqlen, heads, head_dim\], got 3 "
+         r"\(shape \[16, 2, 64\]\)$"),
+        ((q, k, v[0]), {"layout": "bhsd"},
+         r"^v must have 4 dimensions \[batch, heads, seqlen, head_dim\], got 3 "
+         r"\(shape \[16, 2, 64\]\)$"),
+        ((q, k, v), {"causal": "yes"},
+         r"^causal must be a bool \(True or False\), got 'yes' of type str$"),
+        ((q, k, v), {"return_lse": 1},
+         r"^return_lse must be a bool \(True or False\), got 1 of type int$"),
+        ((q, k, v), {"softmax_scale": "a"},
+         r"^softmax_scale must be None or a real number \(a finite float > 0\), got 'a'"),
         ((q, k, v), {"layout": "sbhd"}, r"layout must be one of \('bshd', 'bhsd'\), got 'sbhd'"),
         ((q, k, v), {"backend": "nope"}, r"unknown backend 'nope'"),
         ((q, k[:, :, :1].expand(1, 16, 3, 64).contiguous(),
@@ -234,3 +245,31 @@ def test_dtype_and_argument_errors(device):
     for args, kwargs, message in cases:
         with pytest.raises(flashcore.FlashCoreError, match=message):
             fct.attention(*args, **kwargs)
+    # Wrong types are TypeErrors too, through both entry points.
+    for kwargs in ({"causal": "yes"}, {"softmax_scale": "a"}, {"return_lse": None}):
+        with pytest.raises(TypeError, match=next(iter(kwargs))):
+            fct.attention(q, k, v, **kwargs)
+        with pytest.raises(TypeError, match=next(iter(kwargs))):
+            flashcore.attention(q, k, v, **kwargs)
+
+
+def test_stream_with_cpu_tensors_is_refused():
+    q, k, v = _inputs("cpu", torch.float32, (1, 16, 16, 2, 2, 64))
+    out = torch.empty_like(q)
+    for stream in (5, 0):
+        with pytest.raises(flashcore.FlashCoreError,
+                           match=rf"^stream must be None for host \(cpu\) arrays, got {stream}:"):
+            flashcore.attention(q, k, v, out=out, stream=stream)
+
+
+@pytest.mark.gpu
+def test_stream_object_of_q_device_is_taken_and_its_handle_used():
+    q, k, v = _inputs("cuda", torch.float16, (1, 33, 33, 4, 2, 64))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = flashcore.attention(q, k, v, causal=True, stream=stream)  # the object itself
+    torch.cuda.current_stream().wait_stream(stream)
+    check_accuracy("stream object", out, None, q, k, v, causal=True)
+    with pytest.raises(TypeError, match=r"^stream must be None, a cudaStream_t handle"):
+        flashcore.attention(q, k, v, stream="default")
