@@ -4,8 +4,8 @@
 # commit, e.g. `git archive <sha> CMakeLists.txt cmake include src bench python | tar -x -C .base`,
 # carried to the device machine) and from this tree, then times both through this tree's
 # bench/compare.py (inputs drawn on the GPU, every result checked, CUDA-graph replays) on the
-# standard grid and the decode set, in alternating processes (A B A B ...). Prints the new / base
-# summary last (tools/device/ab_summary.py).
+# standard grid and the decode set, in alternating processes (A B B A A B ...). Prints the new /
+# base summary last (tools/device/ab_summary.py).
 #
 #   BASE=.base PASSES=2 OUT=results/ab bash tools/device/ab.sh
 #
@@ -48,7 +48,10 @@ echo "built in $((SECONDS - start)) s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   >"$OUT/gpu.txt" 2>&1
 for pass in $(seq 1 "$PASSES"); do
-  for side in base new; do
+  # The sides take turns going first, so neither always runs on the card the other warmed.
+  sides="base new"
+  [ $((pass % 2)) -eq 0 ] && sides="new base"
+  for side in $sides; do
     for grid in $GRIDS; do
       start=$SECONDS
       # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags

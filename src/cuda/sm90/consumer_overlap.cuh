@@ -95,27 +95,31 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
   }
 }
 
-// One tile of consumer `consumer`: O and the row statistics into `o` and `softmax` (kComputes),
-// or only the tile's protocol (see the top of this file), `o` zeroed either way. The caller
-// stores O (Sm90Epilogue).
-template <bool kComputes, DType kDType, class Config, class Layout, bool kCausal, class Turns>
+// One tile of consumer `consumer`: O and the row statistics of its rows (kComputes), or only the
+// tile's protocol (see the top of this file) with O = 0; then the Epilogue stores O and hands the
+// consumer's buffers back.
+template <bool kComputes, class Epilogue, DType kDType, class Config, class Layout, bool kCausal,
+          class Turns>
 __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& smem,
+                                                  const CUtensorMap* map_o,
                                                   const AttentionParams& params,
+                                                  const Sm90KvSplit& kv_split,
                                                   const Sm90Tile& tile,
                                                   const KvTileRange& kv_tiles, int dead_blocks,
-                                                  int consumer, int thread_in_warpgroup,
+                                                  int slab_row_begin, int consumer,
+                                                  int thread_in_warpgroup,
                                                   Sm90TileLoopState<Config::kStages>& state,
                                                   const Sm90QRelease& release,
-                                                  const Turns& turns,
-                                                  float (&o)[Config::kHeadDim / 2],
-                                                  OnlineSoftmaxRows& softmax) {
+                                                  const Turns& turns) {
   using Math = Sm90ConsumerMath<kDType, Config>;
   const Sm90ThreadRows<Config, Layout, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
   const float scale_log2 = params.softmax_scale_log2;
 
+  float o[Math::kOAccRegs];
 #pragma unroll
   for (int i = 0; i < Math::kOAccRegs; ++i) o[i] = 0.0f;
+  OnlineSoftmaxRows softmax;
   float s[Math::kSAccRegs];
   uint32_t p[Math::kPSteps][4];
   float correction[2];
@@ -226,6 +230,13 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     mbarrier_arrive(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   }
+
+  // The caller's slab_row_begin where it decided that this consumer has no row (what it proved
+  // about the slab then folds the epilogue's row checks).
+  Epilogue::store(o, softmax, smem, map_o, params, kv_split, tile,
+                  kComputes ? rows.slab_row_begin : slab_row_begin, consumer, thread_in_warpgroup,
+                  state, release);
+  sm90_trace(Sm90Event::kEpilogueDone);
 }
 
 }  // namespace flashcore::detail

@@ -103,8 +103,10 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       while (index < num_tiles) {
         const Sm90Tile tile = scheduler.tile(params, index);
         sm90_trace(Sm90Event::kClaimed);
+        const MaskPolicy<Mainloop::kCausal> mask =
+            Layout::template mask<Mainloop::kCausal>(params, tile.batch);
         const KvTileRange kv_tiles =
-            Mainloop::kv_tiles(params, tile, scheduler.group_shift(), kv_split);
+            Mainloop::kv_tiles(mask, tile, scheduler.group_shift(), kv_split);
         Mainloop::load(smem, maps, params, scheduler, tile, kv_tiles, scheduler.group_shift(),
                        state);
         if (!Scheduler::kPersistent) break;
@@ -127,25 +129,20 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     Sm90Tile tile;
     while (scheduler.consumer_tile(params, smem, state.q_phase, tile)) {
       const int group_shift = scheduler.group_shift();
-      const KvTileRange kv_tiles = Mainloop::kv_tiles(params, tile, group_shift, kv_split);
+      const MaskPolicy<Mainloop::kCausal> mask =
+          Layout::template mask<Mainloop::kCausal>(params, tile.batch);
+      const KvTileRange kv_tiles = Mainloop::kv_tiles(mask, tile, group_shift, kv_split);
+      const int dead_blocks = Mainloop::dead_blocks(mask, tile, consumer, group_shift, kv_tiles);
       const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
-      const int dead_blocks = Mainloop::dead_blocks(params, tile, consumer, group_shift, kv_tiles);
       // Two call sites, not one behind a flag: each instantiation keeps its own straight code.
-      if (Mainloop::computes(params, tile, consumer, group_shift, kv_tiles, dead_blocks)) {
-        float o[Mainloop::kOAccRegs];  // zeroed by consume
-        OnlineSoftmaxRows softmax;
-        Mainloop::template consume<true>(smem, params, tile, kv_tiles, dead_blocks, consumer,
-                                         thread_in_warpgroup, state, release, turns, o, softmax);
-        Epilogue::store(o, softmax, smem, &map_o, params, kv_split, tile, slab_row_begin,
-                        consumer, thread_in_warpgroup, state, release);
-        sm90_trace(Sm90Event::kEpilogueDone);
+      if (Mainloop::computes(params, tile, slab_row_begin, group_shift, kv_tiles, dead_blocks)) {
+        Mainloop::template consume<true, Epilogue>(smem, &map_o, params, kv_split, tile, kv_tiles,
+                                                   dead_blocks, slab_row_begin, consumer,
+                                                   thread_in_warpgroup, state, release, turns);
       } else {  // no query row left for this consumer, or none of its rows sees a key
-        float o[Mainloop::kOAccRegs];  // zeroed by consume: stored as 0
-        OnlineSoftmaxRows softmax;
-        Mainloop::template consume<false>(smem, params, tile, kv_tiles, 0, consumer,
-                                          thread_in_warpgroup, state, release, turns, o, softmax);
-        Epilogue::store(o, softmax, smem, &map_o, params, kv_split, tile, slab_row_begin,
-                        consumer, thread_in_warpgroup, state, release);
+        Mainloop::template consume<false, Epilogue>(smem, &map_o, params, kv_split, tile,
+                                                    kv_tiles, 0, slab_row_begin, consumer,
+                                                    thread_in_warpgroup, state, release, turns);
       }
       if (!Scheduler::kPersistent) break;
     }

@@ -22,32 +22,28 @@ struct Sm90Mainloop {
   using Layout = Layout_;
   static constexpr bool kCausal = kCausal_;
   static constexpr DType kDType = Config::kDType;
-  static constexpr int kOAccRegs = Config::kHeadDim / 2;
   using Turns = PingPongTurns<Config::kConsumerWarpgroups>;
 
   // The KV blocks `tile`'s rows visit (packed: of those, the tile's split).
-  __device__ __forceinline__ static KvTileRange kv_tiles(const AttentionParams& params,
+  __device__ __forceinline__ static KvTileRange kv_tiles(const MaskPolicy<kCausal>& mask,
                                                          const Sm90Tile& tile, int group_shift,
                                                          const Sm90KvSplit& kv_split) {
-    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
     return sm90_kv_tiles<Config>(mask, tile, group_shift, kv_split);
   }
 
   // KV blocks at the end of the tile's range that no row of `consumer` sees (passed without
   // GEMMs where the row's switch says so), and whether the consumer computes at all: a consumer
   // with no query row, or whose rows see no key, only keeps the tile's protocol.
-  __device__ __forceinline__ static int dead_blocks(const AttentionParams& params,
+  __device__ __forceinline__ static int dead_blocks(const MaskPolicy<kCausal>& mask,
                                                     const Sm90Tile& tile, int consumer,
                                                     int group_shift, const KvTileRange& kv_tiles) {
     if constexpr (!Config::kSkipsDeadBlocks) return 0;
-    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
     return sm90_dead_blocks<Config>(mask, tile, consumer, group_shift, kv_tiles);
   }
   __device__ __forceinline__ static bool computes(const AttentionParams& params,
-                                                  const Sm90Tile& tile, int consumer,
+                                                  const Sm90Tile& tile, int slab_row_begin,
                                                   int group_shift, const KvTileRange& kv_tiles,
                                                   int dead_blocks) {
-    const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
     const int rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
     const bool sees_keys = dead_blocks == 0 || dead_blocks < kv_tiles.count();
     return (!Config::kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) &&
@@ -66,20 +62,20 @@ struct Sm90Mainloop {
                                  state);
   }
 
-  // Consumer: O and the row statistics of its 64 rows (kComputes), or the protocol alone.
-  template <bool kComputes>
+  // Consumer: one tile, computed (kComputes) or only its protocol kept, then stored by Epilogue.
+  template <bool kComputes, class Epilogue>
   __device__ __forceinline__ static void consume(const Sm90SmemLayout<Config>& smem,
+                                                 const CUtensorMap* map_o,
                                                  const AttentionParams& params,
+                                                 const Sm90KvSplit& kv_split,
                                                  const Sm90Tile& tile, const KvTileRange& kv_tiles,
-                                                 int dead_blocks, int consumer,
-                                                 int thread_in_warpgroup,
+                                                 int dead_blocks, int slab_row_begin,
+                                                 int consumer, int thread_in_warpgroup,
                                                  Sm90TileLoopState<Config::kStages>& state,
-                                                 const Sm90QRelease& release, const Turns& turns,
-                                                 float (&o)[kOAccRegs],
-                                                 OnlineSoftmaxRows& softmax) {
-    sm90_consume_tile<kComputes, kDType, Config, Layout, kCausal>(
-        smem, params, tile, kv_tiles, dead_blocks, consumer, thread_in_warpgroup, state, release,
-        turns, o, softmax);
+                                                 const Sm90QRelease& release, const Turns& turns) {
+    sm90_consume_tile<kComputes, Epilogue, kDType, Config, Layout, kCausal>(
+        smem, map_o, params, kv_split, tile, kv_tiles, dead_blocks, slab_row_begin, consumer,
+        thread_in_warpgroup, state, release, turns);
   }
 };
 
