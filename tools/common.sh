@@ -44,6 +44,10 @@ step() {
     printf 'ok (%d s)\n' $((SECONDS - start)) >&3
     return 0
   fi
+  if [ "$rc" -eq 130 ]; then
+    printf 'interrupted\n' >&3  # Ctrl-C: the next run picks up from here
+    return "$rc"
+  fi
   printf 'FAILED (exit %d after %d s)\n' "$rc" $((SECONDS - start)) >&3
   {
     echo "---- last 40 lines of $log:"
@@ -189,8 +193,17 @@ configure_summary() {
   echo "$cuda, Python module ON"
 }
 
+# python_headers_present: Python.h of the venv's interpreter exists (the module needs it; Debian's
+# own python3 has it only with python3-dev).
+python_headers_present() {
+  "$(venv_python)" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+
 ensure_configured() {
   local reason
+  python_headers_present ||
+    die "Python.h of $(venv_python) not found: on Debian/Ubuntu, apt-get install python3-dev"
   reason=$(configure_reason)
   if [ -z "$reason" ]; then
     note configure "$BUILD_DIR is up to date ($(configure_summary))"
