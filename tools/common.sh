@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by tools/test.sh, tools/bench.sh and .ci/run: one place that knows how to set up the
 # Python environment, configure and build. Both README commands prepare the build tree the same
 # way (same venv, same CMake options, Python module included), so either can run first, and a
