@@ -6,7 +6,8 @@
 # configured again instead of failing.
 #
 # Environment (all optional):
-#   BUILD_DIR   build tree (default build); every step's full output goes to $BUILD_DIR/logs
+#   BUILD_DIR   build tree (default build)
+#   LOG_DIR     where every step's full output goes (default $BUILD_DIR/logs)
 #   JOBS        parallel build/test jobs (default: all cores)
 #   ARCHS       FLASHCORE_CUDA_ARCHS (default "80;90a")
 #   CMAKE_ARGS  extra configure flags, e.g. -DFLASHCORE_ENABLE_CUDA=OFF
@@ -22,7 +23,7 @@ JOBS=${JOBS:-$(nproc)}
 ARCHS=${ARCHS:-"80;90a"}
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-${VIRTUAL_ENV:-.venv}}
-LOG_DIR=$BUILD_DIR/logs
+LOG_DIR=${LOG_DIR:-$BUILD_DIR/logs}
 # Written after a configure that finished, holding what it was configured with: a build tree
 # without it (or with other contents) is configured again.
 CONFIGURE_STAMP=$BUILD_DIR/.flashcore-configure

@@ -14,6 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/common.sh
 
+# The bench.sh runs below log apart, so the logs of the tools/test.sh run stay as they were.
+export LOG_DIR=$LOG_DIR/test_setup
 [ -f "$CONFIGURE_STAMP" ] || die "run bash tools/test.sh first: this test reuses its build tree"
 passed=0
 failed=0
