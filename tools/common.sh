@@ -85,20 +85,26 @@ create_venv() {
   fi
 }
 
-# ensure_venv: the environment of $VENV exists and its interpreter runs (one whose base Python
-# was removed or upgraded no longer does, and is made again).
+using_active_venv() {
+  [ -n "${VIRTUAL_ENV:-}" ] && [ "$VENV" = "$VIRTUAL_ENV" ]
+}
+
+# ensure_venv: $VENV exists and its interpreter runs. .venv is made (again) when it is missing,
+# has no pip (python3 -m venv failed halfway) or no longer runs (its base Python was removed or
+# upgraded). The user's active venv is used as it is: it may have no pip (uv makes such venvs).
 ensure_venv() {
   local py
   py=$(venv_python)
-  if [ -x "$py" ] && "$py" -c "import pip" >/dev/null 2>&1; then
-    note venv "$VENV ($("$py" --version 2>&1))"
-    return 0
+  if using_active_venv; then
+    "$py" -c "" 2>/dev/null ||
+      die "the active virtual environment $VIRTUAL_ENV has no working $py: fix it or deactivate it"
+  elif ! { [ -x "$py" ] && "$py" -c "import pip" >/dev/null 2>&1; }; then
+    command -v "$PYTHON" >/dev/null 2>&1 ||
+      die "$PYTHON not found: install Python >= 3.9 or pass PYTHON=/path/to/python3"
+    step venv "creating $VENV with $PYTHON" create_venv
+    return
   fi
-  if [ -n "${VIRTUAL_ENV:-}" ] && [ "$VENV" = "$VIRTUAL_ENV" ]; then
-    die "the active virtual environment $VIRTUAL_ENV has no working python with pip; deactivate it or fix it"
-  fi
-  command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found: install Python >= 3.9 or pass PYTHON=/path/to/python3"
-  step venv "creating $VENV with $PYTHON" create_venv
+  note venv "$VENV ($("$py" --version 2>&1))"
 }
 
 # missing_python_deps: prints the lines of requirements-dev.txt (name==version) that the venv
@@ -130,6 +136,8 @@ ensure_python_deps() {
     note deps "requirements-dev.txt: all installed"
     return 0
   fi
+  "$(venv_python)" -c "import pip" >/dev/null 2>&1 ||
+    die "$VENV lacks $(echo "$missing" | tr '\n' ' ')and has no pip: install requirements-dev.txt into it"
   step deps "pip install -r requirements-dev.txt into $VENV" \
     "$(venv_python)" -m pip install -r requirements-dev.txt
 }
@@ -158,7 +166,7 @@ configure_args() {
 
 configure_stamp() {
   configure_args
-  echo "nvcc: $(command -v nvcc || echo none)"
+  echo "nvcc: ${CUDACXX:-$(command -v nvcc || echo none)}"
 }
 
 # configure_reason: why $BUILD_DIR must be configured (again); nothing when it is ready to build.
@@ -189,7 +197,7 @@ configure_summary() {
   local cuda="CUDA archs $ARCHS"
   if [[ " ${CMAKE_ARGS:-} " == *" -DFLASHCORE_ENABLE_CUDA=OFF "* ]]; then
     cuda="CUDA off (CMAKE_ARGS)"
-  elif ! command -v nvcc >/dev/null 2>&1; then
+  elif [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1; then
     cuda="no nvcc: CPU backends only"
   fi
   echo "$cuda, Python module ON"
