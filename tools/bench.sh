@@ -5,9 +5,14 @@
 #
 #   bash tools/bench.sh                         # default config
 #   bash tools/bench.sh --seqlen 1024 --head-dim 128 --causal --backend cpu
+#
+# Prepares the build tree exactly as tools/test.sh does (tools/common.sh: same venv and CMake
+# options), so the two commands can run in either order. Progress lines go to stderr, full logs
+# to build/logs/; stdout is the benchmark's own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/common.sh
+exec 3>&2
 
-configure_and_build flashcore-bench >&2
+prepare flashcore-bench
 exec "$BUILD_DIR/bench/flashcore-bench" "$@"
