@@ -20,7 +20,7 @@ def _fmt(value, digits=1):
 
 
 # A median this far above the min of the same runs means a stretch of slow runs, not a slow
-# kernel: back-to-back runs of one kernel spread by 1-4% (docs/kernels_sm90.md). Such results are
+# kernel: back-to-back runs of one kernel spread by 1-4% (docs/kernels.md). Such results are
 # listed under the table, so that a ratio is not read without that warning.
 UNSTEADY_MEDIAN_OVER_MIN = 1.15
 

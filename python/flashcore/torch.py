@@ -130,8 +130,8 @@ def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backen
          record_on):
     """Every pointer here is a torch tensor's, on the device that tensor reports (the library
     checks that all of them report q's), and the workspace comes from q's allocator: so the
-    library may skip its per-pointer driver queries (AttentionArgs::device_pointers_verified:
-    1.3 us a call on an H100 host, dev/sm90/results/2026-11-22-h100-host-time)."""
+    library may skip its per-pointer driver queries (AttentionArgs::device_pointers_verified;
+    their cost is in docs/kernels.md)."""
     workspace = _workspace(q_raw, k_raw, causal, q, record_on)  # alive until the call returns
     workspace_ptr, nbytes = (0, 0) if workspace is None else (workspace.data_ptr(),
                                                               workspace.numel())

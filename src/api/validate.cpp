@@ -176,9 +176,9 @@ void check_workspace(const AttentionArgs& args) {
 }
 
 #ifdef FLASHCORE_HAS_CUDA
-// Every pointer of a CUDA call is memory of the tensors' device (one driver query each; 1.3 us
-// for the five of a decode call on an H100 host). Skipped when the caller vouches for them
-// (AttentionArgs::device_pointers_verified).
+// Every pointer of a CUDA call is memory of the tensors' device (one driver query each, a
+// noticeable share of a decode call's host time: docs/kernels.md). Skipped when the caller
+// vouches for them (AttentionArgs::device_pointers_verified).
 // A pointer equal to one already checked in this call has the same answer and is not asked again
 // (e.g. out passed as lse's neighbour, or one buffer given twice); nothing is cached across calls,
 // since an address may be freed and reused as host memory between them.

@@ -26,8 +26,7 @@ struct Sm80Tile {
 //   d64  128x128 (causal too): O 64 + S 128 regs. Causal was 128x64 first, but the CTA count
 //        depends on block_m only, the diagonal wastes the same area when seqlen_k - seqlen_q is a
 //        multiple of 128 (up to 64 more columns per CTA otherwise), and 128 halves the per-tile
-//        barriers, max reductions and O rescales (first H200 run at 4k: 277 TFLOPS causal vs
-//        341 full). 0 spills at 254-255 registers.
+//        barriers, max reductions and O rescales. 0 spills at 254-255 registers.
 //   d96  128x64: O 96 + S 64 regs.
 //   d128 128x64: O 128 + S 64 regs.
 //   d256 128x64 on 8 warps (16 rows each): O 128 + S 32 regs; 128 KB of shared memory.

@@ -3,7 +3,7 @@
 // O (64 rows x head_dim) is converted to 16 bits and written into the staging buffer the caller
 // chose (the consumer's Q slab once its last S = Q K^T has completed, a buffer of its own, or a V
 // stage: consumer.cuh) in the 128-byte-swizzled column-block layout, then one thread stores it
-// with TMA. Persistent schedules: staged in the Q slab or a V stage, that thread waits only until
+// with TMA. Persistent schedulers: staged in the Q slab or a V stage, that thread waits only until
 // the store has read the buffer, and every thread tells the producer it is free (q_empty /
 // o_free); with a buffer of its own (Q already released), nobody waits until the next epilogue
 // reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are

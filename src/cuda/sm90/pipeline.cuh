@@ -34,8 +34,8 @@ struct Sm90KvSplit {
   int blocks_per_split = 0;
   // Packed launches: whether the kernel lets the one after it (the combine) launch at its start
   // (grid_dependency_launch_dependents), or only as its CTAs end. Early, the combine's CTAs wait
-  // on the SMs this grid leaves idle; where it leaves only a few, they crowd onto those and the
-  // combine ran ~1 us slower than launched late (launch.cuh).
+  // on the SMs this grid leaves idle; where it leaves only a few, they crowd onto those, and
+  // launched late the combine is faster (launch.cuh).
   bool early_dependents = true;
 
   // The KV blocks of `full` that split `split` visits (none past the tile's own range).
@@ -172,7 +172,7 @@ struct RingPosition {
   }
 };
 
-// What carries from one tile to the next when a CTA computes several (persistent schedule): the
+// What carries from one tile to the next when a CTA computes several (persistent scheduler): the
 // ring position, and the parity of the Q barriers' current phase (q_full / q_empty complete once
 // per tile). A non-persistent CTA uses a fresh one for its single tile.
 template <int kStages>
@@ -181,7 +181,7 @@ struct Sm90TileLoopState {
   uint32_t q_phase = 0;
 };
 
-// How a consumer hands its Q slab back to the producer for the next tile (persistent schedules),
+// How a consumer hands its Q slab back to the producer for the next tile (persistent schedulers),
 // and where it stages O for the store.
 struct Sm90QRelease {
   uint64_t* q_empty = nullptr;  // nullptr: one tile per CTA, nothing to hand back

@@ -101,7 +101,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   ring.advance();
 }
 
-// All loads of one output tile, in the order the consumers need them with the overlapped schedule:
+// All loads of one output tile, in the order the overlapped consumers need them:
 // K_0, Q, then K_{j+1} before V_j. With a persistent scheduler the Q slabs may still hold the
 // previous tile: K_0 is loaded before waiting for q_empty, so it lands under the previous tile's
 // epilogue, and the tile is handed to the consumers (Scheduler::publish) with the Q it loads.

@@ -77,28 +77,27 @@ struct Sm90SmemLayout {
   }
   // Both consumers finished reading K (their S = Q K^T completed) / V (O += P V completed) of a
   // stage; every consumer thread arrives. Separate, so K of the tile after next can load while the
-  // overlapped schedule still holds V of the previous tile.
+  // overlapped consumers still hold V of the previous tile.
   __device__ __forceinline__ uint64_t* k_empty(int stage) const {
     return barriers() + 1 + 2 * Config::kStages + stage;
   }
   __device__ __forceinline__ uint64_t* v_empty(int stage) const {
     return barriers() + 1 + 3 * Config::kStages + stage;
   }
-  // Persistent schedules: both consumers are done with their Q slabs (Config::kQEmptyArrivals
+  // Persistent schedulers: both consumers are done with their Q slabs (Config::kQEmptyArrivals
   // arrivals), so the next tile's Q may be loaded.
   __device__ __forceinline__ uint64_t* q_empty() const {
     return barriers() + 1 + 4 * Config::kStages;
   }
-  // Persistent schedules with O staged in the V ring: consumer c's O store has read its V stage
+  // Persistent schedulers with O staged in the V ring: consumer c's O store has read its V stage
   // (every thread of the consumer arrives), so the producer may load V there.
   __device__ __forceinline__ uint64_t* o_free(int consumer) const {
     return barriers() + 2 + 4 * Config::kStages + consumer;
   }
-  // Persistent schedules: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
+  // Persistent schedulers: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
   // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer
-  // divisions (about 240 instructions on their critical path after Q lands; 7% of the consumer
-  // warps' stall samples at 512 / d128). Written before the producer's arrival on q_full, read
-  // after the consumers' wait; kSm90TileSlotBytes.
+  // divisions on their critical path after Q lands. Written before the producer's arrival on
+  // q_full, read after the consumers' wait; kSm90TileSlotBytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
     return reinterpret_cast<Sm90Tile*>(barriers() + Config::kBarrierCount);
   }

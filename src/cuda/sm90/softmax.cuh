@@ -67,15 +67,12 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
 // multiplies (the consumer skips them for a whole warp when none of its rows moved).
 // Probabilities then reach at most 2^8, far from fp32 overflow, and finalize() uses the same
 // max. Not free in precision: rounded to 16 bits, P above 1 carries more error into O than P
-// just below 1, where the eager max puts the largest term (exactly 1).
-// - bf16 grid errors rose 4-7% on the mean with it, inside the accuracy rule with their margin.
-// - A consumer takes the KV tiles last first, and the last tile can hold a single key
-//   (257 = 2 x 128 + 1; also the causal diagonal's first rows): the max it sets says little
-//   about the row, and the second tile's probabilities then reach 2^8. With a lazy max from
-//   the second tile on, fp16 failed the rule in one GPU test (d128, 257 keys: err 1.10x its
-//   tolerance, eager 0.42x). So the second tile's max is exact too (allowance 0 at step 1):
-//   fp16's worst GPU test case is then the eager one (0.56x). Speed: fp16 0.996x, bf16 1.001x
-//   of the lazy second tile (check_sm90 on the H100, 41 shapes).
+// just below 1, where the eager max puts the largest term (exactly 1); the errors stay inside the
+// accuracy rule (docs/kernels.md has the figures).
+// A consumer takes the KV tiles last first, and the last tile can hold a single key (257 = 2 x
+// 128 + 1; also the causal diagonal's first rows): the max it sets says little about the row, and
+// a lazy max from the second tile on let fp16 fail the rule. So the second tile's max is exact
+// too (allowance 0 at step 1); GpuSm90TileRows tests that case for every row of the table.
 constexpr float kStaleMaxLog2 = 8.0f;
 
 struct OnlineSoftmaxRows {

@@ -7,9 +7,9 @@
 // ncu's stall samples spread over many lines show up here as gaps between events.
 //
 // Tracing is not free: one thread per warpgroup, but each event is a clock read, a shared-memory
-// counter and a global store on the consumer's critical path. On the H100 the traced d128 kernel
-// ran ~10% slower (1k: 529 vs 588 TFLOPS), and tiles already near their register budget spill
-// (d64 with three consumers, d256 n80): read gaps as relative, not as the untraced kernel's.
+// counter and a global store on the consumer's critical path, so a traced kernel runs slower and
+// tiles already near their register budget spill (d64 with three consumers, d256 n80): read gaps
+// as relative, not as the untraced kernel's.
 #pragma once
 
 #include <cstdint>
