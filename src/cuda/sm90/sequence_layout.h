@@ -47,22 +47,27 @@ struct Sm90DenseLayout {
     return {key, kv_head, batch};
   }
 
-  // The tensors the host's tensor maps describe (head_dim: the call's, not the kernel's).
+  // The tensors the host's tensor maps describe (head_dim: the call's, not the kernel's): Q and
+  // O hold seqlen_q rows of heads_q heads, K and V seqlen_k rows of heads_kv heads.
   static BshdTensor q_tensor(const AttentionParams& p) {
-    return {"q", p.q, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-            p.q_row_stride, p.q_head_stride, p.q_batch_stride};
-  }
-  static BshdTensor k_tensor(const AttentionParams& p) {
-    return {"k", p.k, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-            p.k_row_stride, p.k_head_stride, p.k_batch_stride};
-  }
-  static BshdTensor v_tensor(const AttentionParams& p) {
-    return {"v", p.v, p.head_dim, p.seqlen_k, p.heads_kv, p.batch,
-            p.v_row_stride, p.v_head_stride, p.v_batch_stride};
+    return rows_of(p, "q", p.q, true, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
   }
   static BshdTensor o_tensor(const AttentionParams& p) {
-    return {"out", p.out, p.head_dim, p.seqlen_q, p.heads_q, p.batch,
-            p.o_row_stride, p.o_head_stride, p.o_batch_stride};
+    return rows_of(p, "out", p.out, true, p.o_row_stride, p.o_head_stride, p.o_batch_stride);
+  }
+  static BshdTensor k_tensor(const AttentionParams& p) {
+    return rows_of(p, "k", p.k, false, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+  }
+  static BshdTensor v_tensor(const AttentionParams& p) {
+    return rows_of(p, "v", p.v, false, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+  }
+
+ private:
+  static BshdTensor rows_of(const AttentionParams& p, const char* name, const void* data,
+                            bool query_side, int64_t row_stride, int64_t head_stride,
+                            int64_t batch_stride) {
+    return {name,     data,       p.head_dim,  query_side ? p.seqlen_q : p.seqlen_k,
+            query_side ? p.heads_q : p.heads_kv, p.batch, row_stride, head_stride, batch_stride};
   }
 };
 
