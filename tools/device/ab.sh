@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# A B timing of two source trees on one GPU, for changes that must not move speed (a redesign) or
-# must move it (a kernel change): builds the Python module from BASE (a source tree of the earlier
-# commit, e.g. `git archive <sha> CMakeLists.txt cmake include src bench python | tar -x -C .base`,
-# carried to the device machine) and from this tree, then times both through this tree's
-# bench/compare.py (inputs drawn on the GPU, every result checked, CUDA-graph replays) on the
-# standard grid and the decode set, in alternating processes (A B B A A B ...). Prints the new /
-# base summary last (tools/device/ab_summary.py).
+# A B timing of source trees on one GPU, for changes that must not move speed (a redesign) or
+# must move it (a kernel change, tuning-row candidates): builds the Python module of each tree
+# (e.g. `git archive <sha> CMakeLists.txt cmake include src bench python | tar -x -C .base` for
+# an earlier commit, carried to the device machine; `.` is this tree), then times them through
+# this tree's bench/compare.py (inputs drawn on the GPU, every result checked, CUDA-graph
+# replays) in alternating processes, the order rotating by pass. Prints each tree against the
+# first last (tools/device/ab_summary.py); with COMPARE_ARGS="--impls flashcore,fa3" FA3 runs in
+# every process as a control.
 #
-#   BASE=.base PASSES=2 OUT=results/ab bash tools/device/ab.sh
+#   BASE=.base PASSES=2 OUT=results/ab bash tools/device/ab.sh           # base=.base new=.
+#   TREES="now=. n176=.var1" GRIDS=llm bash tools/device/ab.sh
 #
-# Environment: BASE (default .base), PASSES (A B rounds, default 2), OUT (default results/ab),
-# GRIDS (compare.py grids, default "standard decode"), COMPARE_ARGS (extra compare.py flags),
-# JOBS, ARCHS (default 90a), PYTHON.
+# Environment: TREES (name=dir ..., default "base=$BASE new=."), BASE (default .base), PASSES
+# (rounds, default 2), OUT (default results/ab), GRIDS (compare.py grids, default "standard
+# decode"), COMPARE_ARGS (extra compare.py flags), JOBS, ARCHS (default 90a), PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BASE=${BASE:-.base}
@@ -21,8 +23,15 @@ ARCHS=${ARCHS:-90a}
 JOBS=${JOBS:-$(nproc)}
 GRIDS=${GRIDS:-standard decode}
 PYTHON=${PYTHON:-python3}
+TREES=${TREES:-"base=$BASE new=."}
 mkdir -p "$OUT"
-[ -f "$BASE/CMakeLists.txt" ] || { echo "ab.sh: no source tree at BASE=$BASE" >&2; exit 2; }
+names=()
+for tree in $TREES; do
+  name=${tree%%=*} dir=${tree#*=}
+  [[ "$name" =~ ^[A-Za-z0-9]+$ ]] || { echo "ab.sh: tree name '$name': letters and digits" >&2; exit 2; }
+  [ -f "$dir/CMakeLists.txt" ] || { echo "ab.sh: no source tree at $dir ($name)" >&2; exit 2; }
+  names+=("$name")
+done
 
 build() {  # build SOURCE_DIR BUILD_DIR LOG: the Python module only
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA_ARCHS="$ARCHS" \
@@ -30,28 +39,27 @@ build() {  # build SOURCE_DIR BUILD_DIR LOG: the Python module only
     -DPython_EXECUTABLE="$(command -v "$PYTHON")" >"$3" 2>&1 &&
     cmake --build "$2" -j "$JOBS" >>"$3" 2>&1
 }
-echo "== building base ($BASE) and new Python modules (archs $ARCHS)"
+echo "== building ${names[*]} (archs $ARCHS)"
 start=$SECONDS
-build "$BASE" build-ab-base "$OUT/build_base.log" &
-base_pid=$!
-build . build-ab-new "$OUT/build_new.log"
-new_rc=$?
-wait "$base_pid"
-base_rc=$?
-if [ "$base_rc" -ne 0 ] || [ "$new_rc" -ne 0 ]; then
-  echo "build failed (base rc=$base_rc, new rc=$new_rc)"
-  tail -n 20 "$OUT/build_base.log" "$OUT/build_new.log"
-  exit 1
-fi
+pids=()
+for tree in $TREES; do
+  build "${tree#*=}" "build-ab-${tree%%=*}" "$OUT/build_${tree%%=*}.log" &
+  pids+=($!)
+done
+failed=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || { echo "build of ${names[$i]} failed"; tail -n 20 "$OUT/build_${names[$i]}.log"; failed=1; }
+done
+[ "$failed" -eq 0 ] || exit 1
 echo "built in $((SECONDS - start)) s"
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   >"$OUT/gpu.txt" 2>&1
 for pass in $(seq 1 "$PASSES"); do
-  # The sides take turns going first, so neither always runs on the card the other warmed.
-  sides="base new"
-  [ $((pass % 2)) -eq 0 ] && sides="new base"
-  for side in $sides; do
+  # The trees take turns going first, so none always runs on the card another warmed.
+  shift_by=$(( (pass - 1) % ${#names[@]} ))
+  order=("${names[@]:$shift_by}" "${names[@]:0:$shift_by}")
+  for side in "${order[@]}"; do
     for grid in $GRIDS; do
       start=$SECONDS
       # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
@@ -64,4 +72,6 @@ for pass in $(seq 1 "$PASSES"); do
   done
 done
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv >>"$OUT/gpu.txt" 2>&1
-"$PYTHON" tools/device/ab_summary.py "$OUT" $GRIDS | tee "$OUT/summary.md"
+# shellcheck disable=SC2086  # GRIDS is a list
+"$PYTHON" tools/device/ab_summary.py "$OUT" --trees "$(IFS=,; echo "${names[*]}")" $GRIDS |
+  tee "$OUT/summary.md"

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Summary of an A B run (tools/device/ab.sh): new / base speed per config, from the median over
-passes of each side's median time, with the spread of each side between its own passes (the
-noise the ratios must clear). Reads OUT_DIR/<grid>_<base|new>_<pass>/compare.json.
+"""Summary of an A B run (tools/device/ab.sh): each tree's speed against the first one's per
+config, from the median over passes of each side's median time, with the spread of each tree
+between its own passes (the noise the ratios must clear). Where the run timed FA3 beside
+FlashCore, each tree's flashcore / FA3 ratio too (per pass, then the median): FA3 ran in the same
+processes, so it cancels the card's drift between passes.
+Reads OUT_DIR/<grid>_<tree>_<pass>/compare.json.
 
-  python3 tools/device/ab_summary.py OUT_DIR GRID [GRID ...]   # markdown; exit 1 if one is missing
+  python3 tools/device/ab_summary.py OUT_DIR --trees base,new GRID [GRID ...]
+  (markdown on stdout; exit 1 if a grid lacks a tree)
 """
+import argparse
 import glob
 import json
 import math
@@ -14,26 +19,29 @@ import statistics
 import sys
 
 IMPL = "flashcore[sm90]"
+ANCHOR = "fa3"
 # A config whose ratio falls below this in the summary is listed by name.
 FLAG_BELOW = 0.98
 
 
-def load(out_dir, group):
-    """{side: {pass: {config: (median_ms, tflops)}}} of one grid; failed results are left out."""
+def ok_ms(record, impl):
+    result = record["results"].get(impl, {})
+    return result["median_ms"] if result.get("status") == "ok" and result.get("median_ms") else None
+
+
+def load(out_dir, grid, trees):
+    """{tree: {pass: {config: (flashcore ms, anchor ms or None)}}}; failed results left out."""
     runs = {}
-    for path in glob.glob(os.path.join(out_dir, f"{group}_*_*", "compare.json")):
-        match = re.match(rf"{group}_(base|new)_(\d+)$", os.path.basename(os.path.dirname(path)))
+    names = "|".join(re.escape(t) for t in trees)
+    for path in glob.glob(os.path.join(out_dir, f"{grid}_*_*", "compare.json")):
+        match = re.match(rf"{re.escape(grid)}_({names})_(\d+)$",
+                         os.path.basename(os.path.dirname(path)))
         if not match:
             continue
-        side, npass = match.group(1), int(match.group(2))
         with open(path) as f:
             records = json.load(f)["records"]
-        results = {}
-        for record in records:
-            result = record["results"].get(IMPL, {})
-            if result.get("status") == "ok" and result.get("median_ms"):
-                results[record["config"]] = (result["median_ms"], result["tflops"])
-        runs.setdefault(side, {})[npass] = results
+        runs.setdefault(match.group(1), {})[int(match.group(2))] = {
+            r["config"]: (ok_ms(r, IMPL), ok_ms(r, ANCHOR)) for r in records if ok_ms(r, IMPL)}
     return runs
 
 
@@ -41,43 +49,74 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
-def summarize(group, runs):
-    if set(runs) != {"base", "new"}:
-        return [f"## {group}: missing a side ({', '.join(sorted(runs)) or 'none'})"], False
-    keys = sorted(set.intersection(*(set(p) for side in runs.values() for p in side.values())))
-    lines = [f"## {group}: {len(keys)} configs, passes base {sorted(runs['base'])}, "
-             f"new {sorted(runs['new'])}", "",
-             "| config | base TFLOPS | new TFLOPS | new / base |", "|---|---|---|---|"]
-    ratios, spreads = [], []
+def anchor_ratio(passes, config):
+    """Median over passes of FA3's time over FlashCore's (> 1: FlashCore faster), or None."""
+    ratios = [p[config][1] / p[config][0] for p in passes.values()
+              if config in p and p[config][1]]
+    return statistics.median(ratios) if ratios else None
+
+
+def summarize(grid, runs, trees):
+    missing = [t for t in trees if t not in runs]
+    if missing:
+        return [f"## {grid}: no results for {', '.join(missing)}"], False
+    keys = sorted(set.intersection(*(set(p) for t in trees for p in runs[t].values())))
+    if not keys:
+        return [f"## {grid}: no config ran in every tree"], False
+    ref = trees[0]
+    has_anchor = any(anchor_ratio(runs[t], k) for t in trees for k in keys)
+    header = ["config"] + [f"{t} ms" for t in trees] + [f"{t} / {ref}" for t in trees[1:]]
+    if has_anchor:
+        header += [f"{t} / FA3" for t in trees]
+    lines = [f"## {grid}: {len(keys)} configs, passes " +
+             ", ".join(f"{t} {sorted(runs[t])}" for t in trees), "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    ratios = {t: [] for t in trees[1:]}
+    vs_anchor = {t: [] for t in trees}
+    spreads = []
     for key in keys:
-        med = {side: statistics.median(p[key][0] for p in runs[side].values()) for side in runs}
-        tf = {side: statistics.median(p[key][1] for p in runs[side].values()) for side in runs}
-        ratio = med["base"] / med["new"]
-        ratios.append(ratio)
-        for side in runs:  # the same build against itself between passes
-            times = [p[key][0] for p in runs[side].values()]
+        med = {t: statistics.median(p[key][0] for p in runs[t].values()) for t in trees}
+        cells = [key] + [f"{med[t]:.4f}" for t in trees]
+        for t in trees[1:]:
+            ratios[t].append(med[ref] / med[t])
+            cells.append(f"{med[ref] / med[t]:.3f}")
+        if has_anchor:
+            for t in trees:
+                value = anchor_ratio(runs[t], key)
+                if value:
+                    vs_anchor[t].append(value)
+                cells.append(f"{value:.3f}" if value else "-")
+        for t in trees:
+            times = [p[key][0] for p in runs[t].values()]
             if len(times) > 1:
                 spreads.append(max(times) / min(times))
-        lines.append(f"| {key} | {tf['base']:.1f} | {tf['new']:.1f} | {ratio:.3f} |")
-    if not keys:
-        return lines + ["", "no config ran on both sides"], False
-    low = [(r, k) for r, k in zip(ratios, keys) if r < FLAG_BELOW]
-    lines += ["", f"geomean new / base {geomean(ratios):.4f}, lowest {min(ratios):.3f}, "
-                  f"highest {max(ratios):.3f}; below {FLAG_BELOW}: {len(low)}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for t in trees[1:]:
+        low = sorted((r, k) for r, k in zip(ratios[t], keys) if r < FLAG_BELOW)
+        lines.append(f"{t} / {ref}: geomean {geomean(ratios[t]):.4f}, lowest "
+                     f"{min(ratios[t]):.3f}, highest {max(ratios[t]):.3f}; below {FLAG_BELOW}: "
+                     f"{len(low)}")
+        lines += [f"  below: {name} {r:.3f}" for r, name in low]
+    if has_anchor:
+        lines += [f"{t} / FA3: geomean {geomean(vs_anchor[t]):.4f} over {len(vs_anchor[t])}, "
+                  f"lowest {min(vs_anchor[t]):.3f}" for t in trees if vs_anchor[t]]
     if spreads:
-        lines.append(f"same build between passes: median spread {statistics.median(spreads):.3f}, "
+        lines.append(f"same tree between passes: median spread {statistics.median(spreads):.3f}, "
                      f"largest {max(spreads):.3f}")
-    lines += [f"  below: {name} {r:.3f}" for r, name in sorted(low)]
     return lines, True
 
 
 def main(argv):
-    if len(argv) < 3:
-        print(__doc__, file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir")
+    parser.add_argument("grids", nargs="+")
+    parser.add_argument("--trees", default="base,new", help="tree names, the reference first")
+    args = parser.parse_args(argv[1:])
+    trees = [t for t in args.trees.split(",") if t]
     ok = True
-    for group in argv[2:]:
-        lines, complete = summarize(group, load(argv[1], group))
+    for grid in args.grids:
+        lines, complete = summarize(grid, load(args.out_dir, grid, trees), trees)
         ok = ok and complete
         print("\n".join(lines) + "\n")
     return 0 if ok else 1
