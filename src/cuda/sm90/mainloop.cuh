@@ -1,7 +1,9 @@
 // The general Hopper kernel's mainloop policy: the producer's loads of a tile (producer.cuh) and
 // a consumer's GEMMs and softmax over its KV blocks (consumer_overlap.cuh), for one element type
 // (Config::Element), sequence layout and mask. The kernel (kernel.cuh) composes it with an
-// epilogue and a scheduler.
+// epilogue and a scheduler; a consumer hands its accumulators to the epilogue at the end of each
+// tile (consume<kComputes, Epilogue>), so O never leaves the registers of the function that
+// computed it.
 #pragma once
 
 #include <cuda.h>
