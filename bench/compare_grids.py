@@ -1,4 +1,5 @@
 """Config grids for bench/compare.py (pure Python: no torch needed to list them)."""
+import os
 from dataclasses import dataclass, asdict
 
 # BENCHMARKS.md standard grid: batch * seqlen and heads * head_dim held constant.
@@ -65,34 +66,28 @@ def extra_configs():
             Config(1, 8192, 8192, 32, 8, 128, "bf16", True)]
 
 
-# Prefill shapes of the models people run (bf16: FA3's forward has no fp16). name, batch, seqlen_q,
-# seqlen_k, heads_q, heads_kv, head_dim, causal. Causal is bottom-right aligned (FA3, flashcore):
-# chunked prefill's queries are the last seqlen_q positions of seqlen_k (torch SDPA's is_causal
-# aligns top-left, so cuDNN and FA2 are n/a on those rows).
-LLM_SHAPES = (
-    # Llama-3-8B / 3.1-8B: 32 query heads, 8 KV heads (GQA 4:1), head_dim 128.
-    ("llama3-8b-2k-b8", 8, 2048, 2048, 32, 8, 128, True),
-    ("llama3-8b-4k", 1, 4096, 4096, 32, 8, 128, True),
-    ("llama3-8b-4k-b4", 4, 4096, 4096, 32, 8, 128, True),
-    ("llama3-8b-8k", 1, 8192, 8192, 32, 8, 128, True),
-    ("llama3-8b-16k", 1, 16384, 16384, 32, 8, 128, True),
-    ("llama3-8b-32k", 1, 32768, 32768, 32, 8, 128, True),
-    # Llama-3-70B: 64 query heads, 8 KV heads (GQA 8:1).
-    ("llama3-70b-8k", 1, 8192, 8192, 64, 8, 128, True),
-    # Qwen2.5-7B: 28 query heads, 4 KV heads (7:1); 3000 tokens, no multiple of any tile.
-    ("qwen2.5-7b-3000-b2", 2, 3000, 3000, 28, 4, 128, True),
-    # Multi-query attention (one KV head), Llama-3-8B's query side.
-    ("mqa-8k", 1, 8192, 8192, 32, 1, 128, True),
-    # Gemma-3-12B's global layers: 16 query heads, 8 KV heads, head_dim 256, scale 256^-0.5.
-    ("gemma3-12b-8k", 1, 8192, 8192, 16, 8, 256, True),
-    # Diffusion transformers, non-causal: Flux at 1024x1024 (4096 image + 512 text tokens, 24
-    # heads of 128) and a batch of two 4096-token sequences.
-    ("flux-4608", 1, 4608, 4608, 24, 24, 128, False),
-    ("dit-4096-b2", 2, 4096, 4096, 24, 24, 128, False),
-    # Chunked prefill: a chunk of new tokens against its prefix plus itself (Llama-3-8B heads).
-    ("chunk-2k-of-8k", 1, 2048, 8192, 32, 8, 128, True),
-    ("chunk-4k-of-32k", 1, 4096, 32768, 32, 8, 128, True),
-)
+# Prefill shapes of the models people run, shared with flashcore-bench's `--grid llm`: name,
+# batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal (bf16: FA3's forward has no fp16).
+# torch SDPA's is_causal aligns top-left, so cuDNN and FA2 are n/a on the chunked-prefill rows.
+LLM_SHAPES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm_shapes.txt")
+
+
+def read_llm_shapes(path=LLM_SHAPES_FILE):
+    shapes = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            fields = line.split("#", 1)[0].split()
+            if not fields:
+                continue
+            if len(fields) != 8:
+                raise SystemExit(f"{path}:{number}: expected 8 fields, got {len(fields)}")
+            name, *numbers = fields
+            b, sq, sk, hq, hkv, d, causal = (int(x) for x in numbers)
+            shapes.append((name, b, sq, sk, hq, hkv, d, bool(causal)))
+    return tuple(shapes)
+
+
+LLM_SHAPES = read_llm_shapes()
 
 
 def llm_configs():

@@ -102,6 +102,24 @@ std::vector<ProblemShape> standard_grid() {
   return shapes;
 }
 
+// The model shapes of bench/llm_shapes.txt (bf16), the same list compare.py's llm grid reads.
+struct NamedShape {
+  const char* name;
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal;
+};
+constexpr NamedShape kLlmShapes[] = {
+#include "llm_shapes.inc"
+};
+
+std::vector<ProblemShape> llm_grid() {
+  std::vector<ProblemShape> shapes;
+  for (const NamedShape& s : kLlmShapes) {
+    shapes.push_back(make_shape(s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv,
+                                s.head_dim, DType::kBFloat16, s.causal != 0));
+  }
+  return shapes;
+}
+
 std::vector<ProblemShape> shapes_from_options(const BenchOptions& options) {
   if (options.grid.empty() && options.shape_given) {
     return {make_shape(options.batch, options.seqlen_q, options.seqlen_k, options.heads_q,
@@ -113,6 +131,8 @@ std::vector<ProblemShape> shapes_from_options(const BenchOptions& options) {
     shapes = small_grid();
   } else if (options.grid == "standard") {
     shapes = standard_grid();
+  } else if (options.grid == "llm") {
+    shapes = llm_grid();
   } else {
     // The default is one config in two masks: --dtype chooses its dtype rather than filtering
     // a grid that holds fp16 only (which left nothing to run for fp32 or bf16).

@@ -33,10 +33,10 @@ constexpr IterationDefaults kGpuDefaults{10, 30};
 constexpr IterationDefaults kCpuDefaults{1, 5};
 constexpr IterationDefaults kReferenceDefaults{0, 1};
 
-// Query rows checked per (batch, head). The check runs on the host in float64; on the standard
-// grid (b*h*sk*d is ~2e9 per row) 16 rows keep it near a second per config.
+// Query rows checked per (batch, head). The check runs on the host in float64; on the GPU grids
+// (standard: b*h*sk*d is ~2e9 per row) 16 rows keep it near a second per config.
 constexpr int kDefaultCheckRows = 64;
-constexpr int kStandardGridCheckRows = 16;
+constexpr int kGpuGridCheckRows = 16;
 
 bool runs_on_host(Backend backend) { return !fb::runs_on_gpu(backend); }
 
@@ -51,7 +51,8 @@ fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, u
   settings.warmup = options.warmup.value_or(defaults.warmup);
   settings.iters = options.iters.value_or(defaults.iters);
   settings.check_rows = options.check_rows.value_or(
-      options.grid == "standard" ? kStandardGridCheckRows : kDefaultCheckRows);
+      options.grid == "standard" || options.grid == "llm" ? kGpuGridCheckRows
+                                                          : kDefaultCheckRows);
   settings.seed = seed;
   return settings;
 }

@@ -37,7 +37,7 @@ constexpr int64_t kMaxHeadDim = detail::kMaxCudaHeadDim;
 constexpr int64_t kMaxIterations = 1000000;
 
 bool is_known_grid(const std::string& name) {
-  return name == "default" || name == "small" || name == "standard";
+  return name == "default" || name == "small" || name == "standard" || name == "llm";
 }
 
 // A value that --seqlen or --heads sets for two fields, each of which its own flag overrides in
@@ -136,7 +136,7 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       {"--grid",
        [&](const std::string& v) {
          if (!is_known_grid(v)) {
-           throw UsageError(" expects standard, small or default, got '" + v + "'");
+           throw UsageError(" expects standard, llm, small or default, got '" + v + "'");
          }
          options.grid = v;
        }},
@@ -229,6 +229,9 @@ grids (instead of one config):
                        standard: BENCHMARKS.md grid (bf16, fp16; head_dim 64/128/256; seqlen
                          512..16k, batch 16384/seqlen, heads 2048/head_dim; both masks) plus the
                          original FlashCore config and GQA prefill. GPU backends only.
+                       llm: the model shapes of bench/llm_shapes.txt (Llama-3 GQA causal
+                         prefill 2k-32k, MQA, Gemma d256, DiT non-causal, chunked prefill;
+                         bf16). GPU backends only.
 
 run:
   --backend B          auto | cpu | reference | sm80 | sm90 | all (every available backend that
@@ -236,7 +239,7 @@ run:
   --iters N            timed runs (GPU 30, cpu 5, reference 1); the median is reported
   --warmup N           untimed runs after the checked first run (GPU 10, cpu 1, reference 0)
   --check-rows N       query rows per (batch, head) checked against the float64 reference
-                       (64; 16 on --grid standard, where the host-side check dominates)
+                       (64; 16 on the GPU grids, where the host-side check dominates)
   --seed N             input seed (default: fresh each run, printed for reproduction)
   --json FILE          also write every result as a JSON array to FILE (opened before the
                        run); --json - writes it to standard output and the table to stderr
@@ -251,6 +254,7 @@ examples:
   flashcore-bench --seqlen 4096 --head-dim 128 --causal --backend cpu          # one config
   flashcore-bench --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 8192      # a GQA decode step
   flashcore-bench --grid standard --json results.json      # the BENCHMARKS.md grid (GPU only)
+  flashcore-bench --grid llm                               # model shapes (GPU only)
   flashcore-bench --grid small --json - > small.json       # JSON on stdout, the table on stderr
 
 exit code: 0 all results pass; 1 a failed check (an accuracy failure or a run that raised an

@@ -47,28 +47,31 @@ void check_gpu_present(const std::vector<Backend>& backends) {
   }
 }
 
-// The standard grid is 7e10 to 2e12 FLOPs per config: hours on the CPU backends. An explicit
-// CPU backend is refused (exit 2); with --backend all they are dropped with a note.
+// The standard and llm grids are 7e10 to 2e13 FLOPs per config: hours on the CPU backends. An
+// explicit CPU backend is refused (exit 2); with --backend all they are dropped with a note.
+bool is_gpu_grid(const std::string& grid) { return grid == "standard" || grid == "llm"; }
+
 void fit_backends_to_grid(const BenchOptions& options, std::vector<Backend>& backends) {
-  if (options.grid != "standard") {
+  if (!is_gpu_grid(options.grid)) {
     return;
   }
+  const std::string grid = "--grid " + options.grid;
   if (options.backend != "all") {
     if (runs_on_host(backends.front())) {
-      throw UsageError(
-          "--grid standard is sized for GPUs (7e10 to 2e12 FLOPs per config) and backend " +
-          std::string(to_string(backends.front())) +
-          " runs on the CPU here (hours); use --grid small or a single config instead");
+      throw UsageError(grid + " is sized for GPUs (7e10 to 2e13 FLOPs per config) and backend " +
+                       std::string(to_string(backends.front())) +
+                       " runs on the CPU here (hours); use --grid small or a single config "
+                       "instead");
     }
     return;
   }
   const auto host_end = std::remove_if(backends.begin(), backends.end(), runs_on_host);
   if (host_end != backends.end()) {
-    std::cerr << "note: --grid standard skips the CPU backends (cpu, reference): too slow\n";
+    std::cerr << "note: " << grid << " skips the CPU backends (cpu, reference): too slow\n";
     backends.erase(host_end, backends.end());
   }
   if (backends.empty()) {
-    throw UsageError("--grid standard needs a GPU backend, and none is available here");
+    throw UsageError(grid + " needs a GPU backend, and none is available here");
   }
 }
 

@@ -46,6 +46,7 @@ flashcore_bench_test(bench_zero_batch 2 "--batch expects an integer in \\[1," --
 flashcore_bench_test(bench_grid_with_shape 2 "--grid standard defines its own shapes"
                      --grid standard --seqlen 128)
 flashcore_bench_test(bench_standard_on_cpu 2 "sized for GPUs" --grid standard --backend cpu)
+flashcore_bench_test(bench_llm_on_cpu 2 "--grid llm is sized for GPUs" --grid llm --backend cpu)
 # --dtype picks the default config's dtype (it used to filter an fp16-only grid down to zero
 # configs, and zero configs "passed"). No GPU visible, so auto runs the cpu backend, which takes
 # fp32; on a GPU, auto would refuse fp32.

@@ -82,8 +82,16 @@ float ProblemShape::scale() const {
 }
 
 double ProblemShape::flops() const {
-  double total = 4.0 * batch * heads_q * double(seqlen_q) * seqlen_k * head_dim;
-  return causal ? total / 2 : total;
+  const double per_pair = 4.0 * batch * heads_q * head_dim;
+  const double sq = seqlen_q, sk = seqlen_k;
+  if (!causal) return per_pair * sq * sk;
+  // BENCHMARKS.md halves sq * sk under a causal mask; kept exactly for sq == sk, so figures stay
+  // comparable with published ones. With sq != sk (chunked prefill, decode steps) halving is
+  // wrong by up to 2x: count the pairs the bottom-right mask leaves visible (query i sees keys
+  // j <= i + sk - sq), as bench/compare_grids.py does.
+  if (seqlen_q == seqlen_k) return per_pair * sq * sk / 2;
+  if (sq <= sk) return per_pair * sq * (2 * sk - sq + 1) / 2;
+  return per_pair * sk * (sk + 1) / 2;
 }
 
 HostTensors make_random_inputs(const ProblemShape& s, uint64_t seed, float stddev) {
