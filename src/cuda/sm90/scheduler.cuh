@@ -149,23 +149,31 @@ __device__ __forceinline__ Sm90Tile sm90_receive_tile(const volatile Sm90Tile* s
   return tile;
 }
 
-// One CTA per tile: the consumers decode blockIdx.x themselves, nothing is handed over.
+// What every scheduler shares: the launch's tile order, and a first tile of blockIdx.x.
 template <class Config, class Layout, bool kCausal>
-struct Sm90SingleTileScheduler {
-  static constexpr bool kPersistent = false;
-  static constexpr bool kClaimsTiles = false;
+struct Sm90OrderedTiles {
   Sm90TileOrder<Config, Layout, kCausal> order;
 
-  static int64_t grid_size(int64_t num_tiles, int /*num_sms*/) { return num_tiles; }
-
-  __device__ __forceinline__ Sm90SingleTileScheduler(const AttentionParams& params,
-                                                     const Sm90TileCounters& /*counters*/)
+  __device__ __forceinline__ explicit Sm90OrderedTiles(const AttentionParams& params)
       : order(params) {}
   __device__ __forceinline__ int group_shift() const { return order.group_shift; }
   __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
     return order.tile(params, index);
   }
   __device__ __forceinline__ int first_index() const { return static_cast<int>(blockIdx.x); }
+};
+
+// One CTA per tile: the consumers decode blockIdx.x themselves, nothing is handed over.
+template <class Config, class Layout, bool kCausal>
+struct Sm90SingleTileScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
+  static constexpr bool kPersistent = false;
+  static constexpr bool kClaimsTiles = false;
+
+  static int64_t grid_size(int64_t num_tiles, int /*num_sms*/) { return num_tiles; }
+
+  __device__ __forceinline__ Sm90SingleTileScheduler(const AttentionParams& params,
+                                                     const Sm90TileCounters& /*counters*/)
+      : Sm90OrderedTiles<Config, Layout, kCausal>(params) {}
   __device__ __forceinline__ int next_index(int /*index*/) const { return INT32_MAX; }
   __device__ __forceinline__ void publish(Sm90Tile* /*slot*/, const Sm90Tile& /*tile*/) const {}
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& /*smem*/,
@@ -173,7 +181,7 @@ struct Sm90SingleTileScheduler {
   __device__ __forceinline__ bool consumer_tile(const AttentionParams& params,
                                                 const Sm90SmemLayout<Config>& /*smem*/,
                                                 uint32_t /*q_phase*/, Sm90Tile& tile) const {
-    tile = order.tile(params, static_cast<int>(blockIdx.x));
+    tile = this->tile(params, this->first_index());
     return true;
   }
 };
@@ -184,10 +192,9 @@ struct Sm90SingleTileScheduler {
 // drew short causal tiles take more of them; else a fixed stride of gridDim.x (every tile costs
 // the same; no counter, so no reset on the stream before the launch).
 template <class Config, class Layout, bool kCausal, bool kClaims>
-struct Sm90PersistentScheduler {
+struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
   static constexpr bool kPersistent = true;
   static constexpr bool kClaimsTiles = kClaims;
-  Sm90TileOrder<Config, Layout, kCausal> order;
   Sm90TileCounters counters;
 
   static int64_t grid_size(int64_t num_tiles, int num_sms) {
@@ -196,12 +203,7 @@ struct Sm90PersistentScheduler {
 
   __device__ __forceinline__ Sm90PersistentScheduler(const AttentionParams& params,
                                                      const Sm90TileCounters& counters_)
-      : order(params), counters(counters_) {}
-  __device__ __forceinline__ int group_shift() const { return order.group_shift; }
-  __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
-    return order.tile(params, index);
-  }
-  __device__ __forceinline__ int first_index() const { return static_cast<int>(blockIdx.x); }
+      : Sm90OrderedTiles<Config, Layout, kCausal>(params), counters(counters_) {}
   __device__ __forceinline__ int next_index(int index) const {
     if constexpr (kClaims) {
       return static_cast<int>(gridDim.x + atomicAdd(counters.get(), 1u));
