@@ -102,18 +102,18 @@ std::vector<ProblemShape> standard_grid() {
   return shapes;
 }
 
-// The model shapes of bench/llm_shapes.txt (bf16), the same list compare.py's llm grid reads.
-struct NamedShape {
-  const char* name;
+// The model shapes of bench/llm_shapes.txt (bf16), the same list compare.py's llm grid reads
+// (the generated rows name each shape in a comment).
+struct ModelShape {
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal;
 };
-constexpr NamedShape kLlmShapes[] = {
+constexpr ModelShape kLlmShapes[] = {
 #include "llm_shapes.inc"
 };
 
 std::vector<ProblemShape> llm_grid() {
   std::vector<ProblemShape> shapes;
-  for (const NamedShape& s : kLlmShapes) {
+  for (const ModelShape& s : kLlmShapes) {
     shapes.push_back(make_shape(s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv,
                                 s.head_dim, DType::kBFloat16, s.causal != 0));
   }
