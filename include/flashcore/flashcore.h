@@ -13,6 +13,25 @@
 //   A query row with no visible key gives out = 0 and lse = -inf.
 //   GQA/MQA: heads_q a multiple of heads_kv; query head h reads kv head h / (heads_q / heads_kv).
 //   A zero-sized batch, sequence or head count is a valid no-op.
+//
+// Serving layouts (docs/serving.md), chosen by which optional arguments are set:
+//   varlen    cu_seqlens_q and cu_seqlens_k: q/out [total_q, heads_q, head_dim] and k/v
+//             [total_k, heads_kv, head_dim] hold the sequences back to back; sequence b is rows
+//             cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q (and likewise of k). lse is
+//             [heads_q, total_q]. max_seqlen_q/max_seqlen_k bound every sequence's length.
+//   kv cache  cache_seqlens: k/v are a cache that already holds cache_seqlens[b] tokens of
+//             sequence b, either contiguous [batch, capacity, heads_kv, head_dim] or, with
+//             page_table, paged [num_pages, page_size, heads_kv, head_dim] where token t of
+//             sequence b lives in page page_table[b][t / page_size], slot t % page_size. q is
+//             dense [batch, seqlen_q, heads_q, head_dim], or packed with cu_seqlens_q (chunked
+//             prefill). k_new/v_new, when given, are written into the cache at cache_seqlens[b]
+//             before attending, and then count as keys: [batch, seqlen_new, heads_kv, head_dim],
+//             or packed like q ([total_q, heads_kv, head_dim]) with cu_seqlens_q. cache_seqlens
+//             itself is not changed (the caller advances it).
+//   Causal masks stay bottom-right per sequence. Slots past a sequence's length and pages not in
+//   its table are never read. Index values on the GPU (cu_seqlens, page_table, cache_seqlens)
+//   are not checked on the host unless check_indices is set (it synchronizes); wrong values give
+//   wrong answers but never a read or write outside the given tensors.
 #pragma once
 
 #include <array>
@@ -33,7 +52,8 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32 };
+// kInt32 is for the index tensors of the serving layouts (cu_seqlens, page_table, ...) only.
+enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32, kInt32 };
 enum class DeviceType : uint8_t { kCPU, kCUDA };
 
 struct Device {
@@ -96,6 +116,23 @@ struct AttentionArgs {
   // the library spends before its launches). Every other check still runs. Left false, a host
   // pointer marked as CUDA is an Error.
   bool device_pointers_verified = false;
+
+  // --- serving layouts (see the top of this file); all int32, on q's device ---
+  std::optional<TensorView> cu_seqlens_q;  // [batch + 1]: q/out (and lse) packed
+  std::optional<TensorView> cu_seqlens_k;  // [batch + 1]: k/v packed (not with a kv cache)
+  // With cu_seqlens_q / cu_seqlens_k: no sequence is longer (given by the caller so that no
+  // device-to-host copy is needed; sequences longer than this are cut).
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+  std::optional<TensorView> seqused_k;      // [batch], varlen only: keys of b are its first seqused_k[b]
+  std::optional<TensorView> cache_seqlens;  // [batch]: selects the kv-cache layout
+  std::optional<TensorView> page_table;     // [batch, max_pages_per_seq]: a paged cache
+  std::optional<TensorView> k_new;          // appended to the cache before attending
+  std::optional<TensorView> v_new;
+  // Copies the index tensors to the host (a synchronization on CUDA) and checks their values:
+  // cu_seqlens non-decreasing within the tensors, pages in range, caches not overflowed. The
+  // FLASHCORE_CHECK_INDICES=1 environment variable turns it on for every call.
+  bool check_indices = false;
 };
 
 // Validates every argument (throws Error before anything runs), picks the backend and runs.
@@ -124,7 +161,7 @@ const char* to_string(DType dtype);
 size_t dtype_size(DType dtype);
 // Parses "auto", "reference", "cpu", "sm80", "sm90"; throws Error naming the value otherwise.
 Backend parse_backend(const std::string& name);
-// Parses "fp16"/"float16", "bf16"/"bfloat16", "fp32"/"float32".
+// Parses "fp16"/"float16", "bf16"/"bfloat16", "fp32"/"float32", "int32".
 DType parse_dtype(const std::string& name);
 
 const char* version();

@@ -91,11 +91,14 @@ const char* to_string(DType dtype) {
     case DType::kFloat16: return "fp16";
     case DType::kBFloat16: return "bf16";
     case DType::kFloat32: return "fp32";
+    case DType::kInt32: return "int32";
   }
   return "unknown";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 2;
+}
 
 Backend parse_backend(const std::string& name) {
   for (Backend backend : {Backend::kAuto, Backend::kReference, Backend::kCPU, Backend::kSM80,
@@ -109,8 +112,9 @@ DType parse_dtype(const std::string& name) {
   if (name == "fp16" || name == "float16") return DType::kFloat16;
   if (name == "bf16" || name == "bfloat16") return DType::kBFloat16;
   if (name == "fp32" || name == "float32") return DType::kFloat32;
+  if (name == "int32") return DType::kInt32;
   throw Error("unknown dtype '" + name +
-              "'; expected one of: fp16 (float16), bf16 (bfloat16), fp32 (float32)");
+              "'; expected one of: fp16 (float16), bf16 (bfloat16), fp32 (float32), int32");
 }
 
 const char* version() { return FLASHCORE_VERSION; }

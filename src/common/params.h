@@ -67,29 +67,109 @@ struct AttentionParams {
     softmax_scale_log2 = static_cast<float>(double(scale) * kLog2e);
   }
 
+  // --- serving layouts (flashcore.h). Unset pointers mean the dense layout. Every accessor
+  // clamps what it reads from these arrays into the tensors' bounds, so wrong index values give
+  // wrong answers, never an access outside the tensors. ---
+  // Packed q/out: sequence b is rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) of total_q rows;
+  // seqlen_q is then the caller's max_seqlen_q (what grids are sized by). lse is
+  // [heads_q, total_q] (lse_batch_stride 0).
+  const int32_t* cu_seqlens_q = nullptr;
+  int total_q = 0;
+  // Packed k/v: likewise, over total_k rows; seqlen_k is max_seqlen_k.
+  const int32_t* cu_seqlens_k = nullptr;
+  int total_k = 0;
+  // Keys per sequence (varlen seqused_k, or a cache's cache_seqlens), plus the tokens appended
+  // by this call: seqlen_new each, or, with packed q, as many as the sequence's queries.
+  const int32_t* seqused_k = nullptr;
+  int seqlen_new = 0;
+  bool appends_packed = false;
+  // A kv cache's seqlen_k is its capacity per sequence: its seqlen dim, or the page table's
+  // width times page_size.
+  // Paged cache: k/v are [num_pages, page_size, heads_kv, head_dim] (k_batch_stride is the page
+  // stride); token t of sequence b is in page page_table[b * page_table_stride + t / page_size].
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0;
+  int page_size = 0;
+  int num_pages = 0;
+
   // --- accessors: the only way kernels learn lengths, groupings and offsets ---
-  FC_HOST_DEVICE int seqlen_q_of(int /*batch_index*/) const { return seqlen_q; }
-  FC_HOST_DEVICE int seqlen_k_of(int /*batch_index*/) const { return seqlen_k; }
+  FC_HOST_DEVICE static int clamp_int(int value, int low, int high) {
+    return value < low ? low : (value > high ? high : value);
+  }
+  // First packed row of sequence b, and its length, clamped into [0, total].
+  FC_HOST_DEVICE static int packed_start(const int32_t* cu, int total, int b) {
+    return clamp_int(cu[b], 0, total);
+  }
+  FC_HOST_DEVICE static int packed_length(const int32_t* cu, int total, int b) {
+    const int start = packed_start(cu, total, b);
+    return clamp_int(cu[b + 1], start, total) - start;
+  }
+
+  FC_HOST_DEVICE int seqlen_q_of(int b) const {
+    if (cu_seqlens_q == nullptr) return seqlen_q;
+    const int length = packed_length(cu_seqlens_q, total_q, b);
+    return length < seqlen_q ? length : seqlen_q;
+  }
+  FC_HOST_DEVICE int appended_k_of(int b) const {
+    return appends_packed ? seqlen_q_of(b) : seqlen_new;
+  }
+  FC_HOST_DEVICE int seqlen_k_of(int b) const {
+    int limit = seqlen_k;
+    if (cu_seqlens_k != nullptr) {
+      const int length = packed_length(cu_seqlens_k, total_k, b);
+      limit = length < limit ? length : limit;
+    }
+    if (seqused_k == nullptr) return limit;
+    return clamp_int(clamp_int(seqused_k[b], 0, limit) + appended_k_of(b), 0, limit);
+  }
   // Query heads sharing one kv head.
   FC_HOST_DEVICE int group_size() const { return heads_q / heads_kv; }
   FC_HOST_DEVICE int kv_head_of(int head_q) const { return head_q / group_size(); }
   // Bottom-right causal alignment: query row i sees key column j iff j <= i + causal_offset.
   FC_HOST_DEVICE int causal_offset(int b) const { return seqlen_k_of(b) - seqlen_q_of(b); }
 
+  // Row `row` of sequence b in q/out: its packed row, or (b, row).
+  FC_HOST_DEVICE int64_t q_row_base(int b, int row, int64_t batch_stride,
+                                    int64_t row_stride) const {
+    if (cu_seqlens_q == nullptr) return b * batch_stride + row * row_stride;
+    return int64_t(packed_start(cu_seqlens_q, total_q, b) + row) * row_stride;
+  }
+  // Key `row` of sequence b in k/v (rows < seqlen_k_of(b)): packed, paged or batch-strided.
+  FC_HOST_DEVICE int64_t kv_row_base(int b, int row, int64_t batch_stride,
+                                     int64_t row_stride) const {
+    if (page_table != nullptr) {
+      const int page = clamp_int(page_table[b * page_table_stride + row / page_size], 0,
+                                 num_pages - 1);
+      return page * batch_stride + (row % page_size) * row_stride;
+    }
+    if (cu_seqlens_k != nullptr) {
+      return int64_t(packed_start(cu_seqlens_k, total_k, b) + row) * row_stride;
+    }
+    return b * batch_stride + row * row_stride;
+  }
+
   FC_HOST_DEVICE int64_t q_offset(int b, int row, int h) const {
-    return b * q_batch_stride + row * q_row_stride + h * q_head_stride;
+    return q_row_base(b, row, q_batch_stride, q_row_stride) + h * q_head_stride;
   }
   FC_HOST_DEVICE int64_t k_offset(int b, int row, int h) const {
-    return b * k_batch_stride + row * k_row_stride + h * k_head_stride;
+    return kv_row_base(b, row, k_batch_stride, k_row_stride) + h * k_head_stride;
   }
   FC_HOST_DEVICE int64_t v_offset(int b, int row, int h) const {
-    return b * v_batch_stride + row * v_row_stride + h * v_head_stride;
+    return kv_row_base(b, row, v_batch_stride, v_row_stride) + h * v_head_stride;
   }
   FC_HOST_DEVICE int64_t o_offset(int b, int row, int h) const {
-    return b * o_batch_stride + row * o_row_stride + h * o_head_stride;
+    return q_row_base(b, row, o_batch_stride, o_row_stride) + h * o_head_stride;
   }
   FC_HOST_DEVICE int64_t lse_offset(int b, int h, int row) const {
+    if (cu_seqlens_q != nullptr) {
+      return h * lse_head_stride + packed_start(cu_seqlens_q, total_q, b) + row;
+    }
     return b * lse_batch_stride + h * lse_head_stride + row;
+  }
+
+  FC_HOST_DEVICE bool is_dense() const {
+    return cu_seqlens_q == nullptr && cu_seqlens_k == nullptr && seqused_k == nullptr &&
+           page_table == nullptr;
   }
 };
 

@@ -13,6 +13,7 @@ inline float load_element(DType dtype, const void* base, int64_t offset) {
     case DType::kFloat16: return fp16_to_float(static_cast<const uint16_t*>(base)[offset]);
     case DType::kBFloat16: return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
     case DType::kFloat32: return static_cast<const float*>(base)[offset];
+    case DType::kInt32: return float(static_cast<const int32_t*>(base)[offset]);
   }
   return 0.0f;
 }
@@ -22,6 +23,7 @@ inline void store_element(DType dtype, void* base, int64_t offset, float value) 
     case DType::kFloat16: static_cast<uint16_t*>(base)[offset] = float_to_fp16(value); break;
     case DType::kBFloat16: static_cast<uint16_t*>(base)[offset] = float_to_bf16(value); break;
     case DType::kFloat32: static_cast<float*>(base)[offset] = value; break;
+    case DType::kInt32: static_cast<int32_t*>(base)[offset] = static_cast<int32_t>(value); break;
   }
 }
 
@@ -31,6 +33,7 @@ inline float round_to_dtype(DType dtype, float value) {
     case DType::kFloat16: return fp16_to_float(float_to_fp16(value));
     case DType::kBFloat16: return bf16_to_float(float_to_bf16(value));
     case DType::kFloat32: return value;
+    case DType::kInt32: return value;
   }
   return value;
 }
