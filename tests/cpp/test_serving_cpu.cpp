@@ -7,10 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "serving_problem.h"
+#include "testing/serving_problem.h"
 
 namespace flashcore::test {
 namespace {
+
+using testing::KvLayout;
+using testing::ServingProblem;
+using testing::ServingShape;
 
 // Runs the problem on `backend` and checks every sequence (and, with an append, the cache).
 void expect_correct(const ServingShape& shape, Backend backend = Backend::kCPU,

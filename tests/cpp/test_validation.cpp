@@ -11,7 +11,7 @@
 #include "api/validate.h"
 #include "api/validate_serving.h"
 #include "flashcore/flashcore.h"
-#include "serving_problem.h"
+#include "testing/serving_problem.h"
 #include "thrown_message.h"
 
 namespace flashcore {
@@ -393,9 +393,9 @@ TEST_F(Validation, ParamsCarryDefaultScaleAndStrides) {
 namespace flashcore {
 namespace {
 
-using test::KvLayout;
-using test::ServingProblem;
-using test::ServingShape;
+using testing::KvLayout;
+using testing::ServingProblem;
+using testing::ServingShape;
 
 ServingShape small_serving(KvLayout kv, bool append = false, bool packed_q = true) {
   ServingShape s;
