@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -645,9 +646,11 @@ TEST_F(ServingValidation, OverlapsWithNewTokensAndTheCache) {
   a.out.data = a.v_new->data;
   EXPECT_ERROR_MENTIONS(a, "out overlaps v_new");
   a = varlen.args();
-  a.out = make_tensor(varlen.cu_seqlens_q().data(), DType::kFloat16, kCpu, {1, 8, 64});
-  a.out.shape = a.q.shape;
-  EXPECT_ERROR_MENTIONS(a, "out overlaps");
+  a.lse.reset();
+  a.out.data = spare.data();  // out's 8 rows, with cu_seqlens_q inside them
+  std::memcpy(spare.data() + 64, varlen.cu_seqlens_q().data(), 4 * sizeof(int32_t));
+  a.cu_seqlens_q->data = spare.data() + 64;
+  EXPECT_ERROR_MENTIONS(a, "out overlaps cu_seqlens_q");
 }
 
 TEST_F(ServingValidation, ParamsOfEachLayout) {
