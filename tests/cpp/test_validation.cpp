@@ -458,10 +458,10 @@ TEST_F(ServingValidation, CombinationsThatMeanNothing) {
 TEST_F(ServingValidation, PackedRanks) {
   AttentionArgs a = varlen.args();
   a.q = make_tensor(spare.data(), DType::kFloat16, kCpu, {1, 8, 8, 64});
-  EXPECT_ERROR_MENTIONS(a, "q must have 3 dimensions [total_q, heads, head_dim], got 4");
+  EXPECT_ERROR_MENTIONS(a, "q must have 3 dimensions [total_q, heads_q, head_dim], got 4");
   a = varlen.args();
   a.k.ndim = 4, a.k.shape[3] = 1;
-  EXPECT_ERROR_MENTIONS(a, "k must have 3 dimensions [total_k, heads, head_dim], got 4");
+  EXPECT_ERROR_MENTIONS(a, "k must have 3 dimensions [total_k, heads_kv, head_dim], got 4");
   a = paged.args();
   a.k = make_tensor(spare.data(), DType::kFloat16, kCpu, {64, 2, 64});
   EXPECT_ERROR_MENTIONS(a, "k must have 4 dimensions [num_pages, page_size, heads_kv, head_dim]");
