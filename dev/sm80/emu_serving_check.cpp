@@ -154,6 +154,8 @@ int main(int argc, char** argv) {
                            page == 128 ? 64 : 128, page == 16 ? b16 : f16, causal);
       c.page_size = page;
     }
+    add(ServingLayout::kPagedCache, {2, 65}, {300, 65}, 2, 1, 64, b16, causal).page_size = 16;
+    add(ServingLayout::kPagedCache, {1, 9}, {130, 9}, 2, 2, 256, f16, causal).page_size = 3;
     ServingCase& dense_q = add(ServingLayout::kPagedCache, {2, 2}, {70, 2}, 2, 1, 128, f16, causal);
     dense_q.packed_q = false, dense_q.page_size = 16, dense_q.append = true, dense_q.seqlen_new = 2;
     ServingCase& cache = add(ServingLayout::kContiguousCache, {5, 0, 20}, {100, 7, 20}, 2, 2, 256,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -68,6 +69,9 @@ struct ServingCase {
     return text.str();
   }
 };
+
+// gtest prints a parameter with this, not as bytes.
+inline void PrintTo(const ServingCase& c, std::ostream* os) { *os << c.describe(); }
 
 // A tensor's host bytes with its shape and strides (elements), contiguous row-major.
 struct HostView {

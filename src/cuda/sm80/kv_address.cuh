@@ -44,7 +44,9 @@ __device__ __forceinline__ void load_paged_rows_async(uint32_t smem_tile, const 
   const int chunk = tid % Plan::kThreadsPerRow;
   const uint32_t smem_thread = smem_tile + Layout::byte_offset(row, chunk);
   const Element* column = head + chunk * Layout::kChunkElems;
-#pragma unroll
+  // Four passes' page lookups in flight at once: fully unrolled, the eight of a d64 tile (128
+  // rows, 16 per pass) spill at the 255-register limit of the causal kernel.
+#pragma unroll 4
   for (int pass = 0; pass < kRows / Plan::kRowsPerPass; ++pass) {
     const int tile_row = row + pass * Plan::kRowsPerPass;
     const bool valid = tile_row < valid_rows;
