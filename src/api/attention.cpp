@@ -11,6 +11,7 @@
 #ifdef FLASHCORE_HAS_CUDA
 #include <cuda_runtime.h>
 
+#include "cuda/append_kv.h"
 #include "cuda/check.h"
 #endif
 
@@ -53,6 +54,11 @@ void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParam
 void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
   CurrentDeviceGuard guard(p.device_index);
   attach_workspace(backend, args, p);
+  // --- kv-cache append (serving): k_new/v_new into the cache at cache_seqlens[b], on the
+  // call's stream before the kernel that reads them. The one place run_cuda appends. ---
+  if (args.k_new.has_value() && args.v_new.has_value()) {
+    append_kv_cuda(p, *args.k_new, *args.v_new);
+  }
   // seqlen_k == 0 goes to the kernels too: they visit no KV tile and write out = 0, lse = -inf
   // (asynchronous, and legal under CUDA graph capture).
   KernelLauncher launcher = find_kernel(backend, p.dtype, p.head_dim, p.causal);

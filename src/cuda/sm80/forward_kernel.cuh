@@ -18,6 +18,11 @@
 //   epilogue: O / sum -> smem (reusing Q's space) -> coalesced 16-byte stores; lse
 //
 // Shared memory: Q (kBlockM rows) | K (kBlockN rows) | V (kBlockN rows), all swizzled.
+//
+// Sequence layouts: lengths, offsets and the causal alignment of batch entry b come from the
+// params' accessors (dense, varlen or kv cache alike); the grid is sized by the longest sequence
+// (params.seqlen_q) and a CTA past its sequence's end exits. K/V addressing is the policy
+// Sm80KvAddress<kPagedKv> (kv_address.cuh): evenly strided rows, or a paged cache.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,7 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/sm80/epilogue.cuh"
+#include "cuda/sm80/kv_address.cuh"
 #include "cuda/sm80/online_softmax.cuh"
 #include "cuda/sm80/smem_tile.cuh"
 #include "cuda/sm80/tile_config.h"
@@ -38,11 +44,12 @@ namespace flashcore::detail {
 template <DType kDType, int kHeadDim, bool kCausal>
 struct Sm80ForwardTraits : Sm80TileShape<kHeadDim, kCausal, sizeof(element_t<kDType>)> {};
 
-template <DType kDType, int kHeadDim, bool kCausal>
+template <DType kDType, int kHeadDim, bool kCausal, bool kPagedKv = false>
 __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::kThreads, 1)
     sm80_forward_kernel(const __grid_constant__ AttentionParams params) {
   using Shape = Sm80ForwardTraits<kDType, kHeadDim, kCausal>;
   using Element = element_t<kDType>;
+  using KvAddress = Sm80KvAddress<kPagedKv>;
   constexpr int kBlockM = Shape::kBlockM;
   constexpr int kBlockN = Shape::kBlockN;
   constexpr int kThreads = Shape::kThreads;
@@ -74,24 +81,29 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   // (`static` is implied for __shared__; spelled out so the host emulator in dev/sm80 shares it.)
   static __shared__ const Element* kv_head_base[2];
   const int kv_head = params.kv_head_of(head);
-  const Element* k_head =
-      static_cast<const Element*>(params.k) + params.k_offset(batch, 0, kv_head);
+  const Element* k_head = static_cast<const Element*>(params.k) +
+                          KvAddress::head_offset(params, false, batch, kv_head);
   if (tid == 0) {
     kv_head_base[0] = k_head;
-    kv_head_base[1] = static_cast<const Element*>(params.v) + params.v_offset(batch, 0, kv_head);
+    kv_head_base[1] = static_cast<const Element*>(params.v) +
+                      KvAddress::head_offset(params, true, batch, kv_head);
   }
-  const auto k_tile = [&](int n) {
-    return kv_head_base[0] + static_cast<int64_t>(n) * kBlockN * params.k_row_stride;
+  // Tile n of K (of V) into its buffer; rows past the sequence's end are zero-filled.
+  const auto load_k = [&](const Element* head, int n) {
+    KvAddress::template load_tile<kBlockN, kHeadDim, kThreads>(
+        smem_k, head, params.k_batch_stride, params.k_row_stride, params, batch, n,
+        mask.seqlen_k - n * kBlockN);
   };
-  const auto v_tile = [&](int n) {
-    return kv_head_base[1] + static_cast<int64_t>(n) * kBlockN * params.v_row_stride;
+  const auto load_v = [&](int n) {
+    KvAddress::template load_tile<kBlockN, kHeadDim, kThreads>(
+        smem_v, kv_head_base[1], params.v_batch_stride, params.v_row_stride, params, batch, n,
+        mask.seqlen_k - n * kBlockN);
   };
 
   // Issues K_{n-1} when tile n is not the last one visited (the tile table picks the spot).
   const auto load_next_k = [&](int n) {
     if (n > tiles.begin) {
-      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_k, k_tile(n - 1), params.k_row_stride,
-                                                   mask.seqlen_k - (n - 1) * kBlockN);
+      load_k(kv_head_base[0], n - 1);
       cp_async_commit();
     }
   };
@@ -115,16 +127,13 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_tile, params.q_row_stride,
                                                  mask.seqlen_q - m_begin);
     const int last = tiles.end - 1;
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        smem_k, k_head + static_cast<int64_t>(last) * kBlockN * params.k_row_stride,
-        params.k_row_stride, mask.seqlen_k - last * kBlockN);
+    load_k(k_head, last);
     cp_async_commit();
 
     for (int n = last; n >= tiles.begin; --n) {
       cp_async_wait_group<0>();
       __syncthreads();
-      load_tile_async<kBlockN, kHeadDim, kThreads>(smem_v, v_tile(n), params.v_row_stride,
-                                                   mask.seqlen_k - n * kBlockN);
+      load_v(n);
       cp_async_commit();
 
       float s[Shape::kMTiles][Shape::kSBlocks][4];

@@ -14,21 +14,33 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, int kHeadDim, bool kCausal>
-void run_sm80_forward(const AttentionParams& params) {
+// One kernel per K/V addressing (kv_address.cuh): a paged cache, or evenly strided rows.
+template <DType kDType, int kHeadDim, bool kCausal, bool kPagedKv>
+void launch_sm80_forward(const AttentionParams& params) {
   using Shape = Sm80ForwardTraits<kDType, kHeadDim, kCausal>;
-  if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
-  constexpr auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal>;
+  constexpr auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal, kPagedKv>;
   const int smem_bytes = static_cast<int>(Shape::kSmemBytes);
   // The kernel's static shared memory (two pointers) counts against the same default limit.
   constexpr size_t kStaticSmemMargin = 1024;
   if (Shape::kSmemBytes + kStaticSmemMargin > Shape::kDefaultSmemLimit) {
     raise_dynamic_smem_limit_once<kernel>(smem_bytes, params.device_index);
   }
+  // seqlen_q is the longest sequence's length (max_seqlen_q for packed q): CTAs past a shorter
+  // sequence's end exit at once.
   const dim3 grid(ceil_div(params.seqlen_q, Shape::kBlockM), params.heads_q, params.batch);
   const dim3 block(Shape::kThreads);
   kernel<<<grid, block, smem_bytes, reinterpret_cast<cudaStream_t>(params.stream)>>>(params);
   FLASHCORE_CHECK_LAUNCH();
+}
+
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm80_forward(const AttentionParams& params) {
+  if (params.batch == 0 || params.heads_q == 0 || params.seqlen_q == 0) return;
+  if (params.page_table != nullptr) {
+    launch_sm80_forward<kDType, kHeadDim, kCausal, true>(params);
+  } else {
+    launch_sm80_forward<kDType, kHeadDim, kCausal, false>(params);
+  }
 }
 
 }  // namespace flashcore::detail
