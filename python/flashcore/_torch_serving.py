@@ -197,6 +197,14 @@ def _launch_stream(q, stream):
     return stream, None if stream == current else stream
 
 
+def _check_indices_type(tensors):
+    """Index tensors must be tensors before the dispatcher sees them (its own message names no
+    argument)."""
+    for name, tensor in tensors:
+        if tensor is not None:
+            _check_type(name, tensor, "(int32) on q's device")
+
+
 def _check_out(out):
     if out is not None:
         _check_type("out", out)
@@ -210,6 +218,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     call runs eagerly (not differentiable, not traceable)."""
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         _check_type(name, tensor, "")
+    _check_indices_type((("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
+                         ("seqused_k", seqused_k)))
     causal = _arrays.flag("causal", causal)
     return_lse = _arrays.flag("return_lse", return_lse)
     check_indices = _arrays.flag("check_indices", check_indices)
@@ -258,6 +268,8 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
     for name, tensor in (("k_new", k), ("v_new", v)):
         if tensor is not None:
             _check_type(name, tensor)
+    _check_indices_type((("cache_seqlens", cache_seqlens), ("page_table", page_table),
+                         ("cu_seqlens_q", cu_seqlens_q)))
     causal = _arrays.flag("causal", causal)
     return_lse = _arrays.flag("return_lse", return_lse)
     check_indices = _arrays.flag("check_indices", check_indices)
