@@ -180,11 +180,31 @@ def _attention_with_kvcache_fake(q, k_cache, v_cache, cache_seqlens, page_table,
     return _fake_outputs(q, return_lse, packed=cu_seqlens_q is not None)
 
 
-def _dispatcher_has_work(q, k, v, others):
-    """flashcore.torch's test for the dense op, over every tensor of a serving call."""
-    return _dense._dispatcher_has_work(q, k, v) or any(
-        t is not None and (type(t) is not _Tensor or t.requires_grad and torch.is_grad_enabled())
-        for t in others)
+def _all_plain(tensors):
+    """Whether every tensor given is a plain torch.Tensor (None: absent). A loop, not all() over
+    a generator: this runs on every eager call."""
+    for tensor in tensors:
+        if tensor is not None and type(tensor) is not _Tensor:
+            return False
+    return True
+
+
+def _check_types(values, indices):
+    """Type checks with the arguments named (`values`: (name, tensor) of value tensors, the
+    first three required; `indices`: (name, tensor) of index tensors): before the dispatcher
+    sees them, as its own message names no argument."""
+    for position, (name, tensor) in enumerate(values):
+        if tensor is not None or position < 3:
+            _check_type(name, tensor, "" if position < 3 else "like q")
+    for name, tensor in indices:
+        if tensor is not None:
+            _check_type(name, tensor, "(int32) on q's device")
+
+
+def _dispatcher_has_work(q, k, v, plain):
+    """flashcore.torch's test for the dense op on q, k, v; `plain` says whether every other
+    tensor of the call is a plain tensor (else the op runs, for its subclass handling)."""
+    return not plain or _dense._dispatcher_has_work(q, k, v)
 
 
 def _launch_stream(q, stream):
@@ -195,14 +215,6 @@ def _launch_stream(q, stream):
         return current, None
     stream = _arrays.stream_handle(stream, not q.is_cuda, q.get_device() if q.is_cuda else None)
     return stream, None if stream == current else stream
-
-
-def _check_indices_type(tensors):
-    """Index tensors must be tensors before the dispatcher sees them (its own message names no
-    argument)."""
-    for name, tensor in tensors:
-        if tensor is not None:
-            _check_type(name, tensor, "(int32) on q's device")
 
 
 def _check_out(out):
@@ -216,10 +228,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """flashcore.attention_varlen on torch tensors, through the custom op
     flashcore::attention_varlen (see its docstring for the arguments). With out= or stream= the
     call runs eagerly (not differentiable, not traceable)."""
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        _check_type(name, tensor, "")
-    _check_indices_type((("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k),
-                         ("seqused_k", seqused_k)))
+    indices = (cu_seqlens_q, cu_seqlens_k, seqused_k)
+    plain = _all_plain((q, k, v) + indices)
+    if not plain:
+        _check_types((("q", q), ("k", k), ("v", v)),
+                     zip(("cu_seqlens_q", "cu_seqlens_k", "seqused_k"), indices))
     causal = _arrays.flag("causal", causal)
     return_lse = _arrays.flag("return_lse", return_lse)
     check_indices = _arrays.flag("check_indices", check_indices)
@@ -230,7 +243,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
             softmax_scale, return_lse, backend, check_indices)
     if out is None and stream is None:
-        if _dispatcher_has_work(q, k, v, (cu_seqlens_q, cu_seqlens_k, seqused_k)):
+        if _dispatcher_has_work(q, k, v, plain):
             out, lse = torch.ops.flashcore.attention_varlen(*args)
         else:
             out, lse = _varlen_forward(*args)
@@ -263,13 +276,11 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
                             max_seqlen_q, causal, softmax_scale, return_lse, out, check_indices,
                             backend, stream):
     # Library names (k, v: the cache; k_new, v_new): the caller's wrapper rewords the messages.
-    for name, tensor in (("q", q), ("k", k_cache), ("v", v_cache)):
-        _check_type(name, tensor, "")
-    for name, tensor in (("k_new", k), ("v_new", v)):
-        if tensor is not None:
-            _check_type(name, tensor)
-    _check_indices_type((("cache_seqlens", cache_seqlens), ("page_table", page_table),
-                         ("cu_seqlens_q", cu_seqlens_q)))
+    indices = (cache_seqlens, page_table, cu_seqlens_q)
+    plain = _all_plain((q, k_cache, v_cache, k, v) + indices)
+    if not plain:
+        _check_types((("q", q), ("k", k_cache), ("v", v_cache), ("k_new", k), ("v_new", v)),
+                     zip(("cache_seqlens", "page_table", "cu_seqlens_q"), indices))
     causal = _arrays.flag("causal", causal)
     return_lse = _arrays.flag("return_lse", return_lse)
     check_indices = _arrays.flag("check_indices", check_indices)
@@ -279,14 +290,15 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
     else:
         max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
     backend = _arrays.backend_name(backend)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                       for t in (q, k_cache, v_cache, k, v)):
+    # The op has no autograd formula (it mutates its cache): refuse here, before any work.
+    if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or
+                                    v_cache.requires_grad or (k is not None and k.requires_grad)
+                                    or (v is not None and v.requires_grad)):
         raise NotImplementedError(_dense.BACKWARD_MISSING)
     args = (q, k_cache, v_cache, cache_seqlens, page_table, k, v, cu_seqlens_q, max_seqlen_q,
             causal, softmax_scale, return_lse, backend, check_indices)
     if out is None and stream is None:
-        if _dispatcher_has_work(q, k_cache, v_cache, (cache_seqlens, page_table, k, v,
-                                                     cu_seqlens_q)):
+        if _dispatcher_has_work(q, k_cache, v_cache, plain):
             out, lse = torch.ops.flashcore.attention_with_kvcache(*args)
         else:
             out, lse = _kvcache_forward(*args)
