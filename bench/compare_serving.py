@@ -47,7 +47,8 @@ class Inputs:
         uniform = len(set(config.lengths_q)) == 1 and len(set(config.lengths_k)) == 1
         if config.layout == grid.VARLEN:
             self.q = randn(sum(config.lengths_q), hq, d)
-            self.k, self.v = randn(sum(config.lengths_k), hkv, d), randn(sum(config.lengths_k), hkv, d)
+            total_k = sum(config.lengths_k)
+            self.k, self.v = randn(total_k, hkv, d), randn(total_k, hkv, d)
             return
         assert uniform, config
         batch, sq, sk = config.batch, self.max_q, self.max_k

@@ -15,7 +15,7 @@ import numpy as np
 from . import _arrays, _flashcore
 from ._flashcore import FlashCoreError, FlashCoreTypeError
 
-RAW_INT32 = 3  # dtype code of an int32 raw tensor tuple (_flashcore.cpp, kRawInt32)
+RAW_INT32 = 3  # dtype code of an int32 raw tensor tuple (_flashcore_views.h, kRawInt32)
 INT32_MAX = 2**31 - 1
 INDEX_NAMES = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "cache_seqlens", "page_table")
 # AttentionArgs name -> attention_with_kvcache's name.

@@ -63,7 +63,8 @@ def _new(device, dtype, shape, seed):
     return torch.randn(*shape, generator=gen).to(device, dtype)
 
 
-@pytest.mark.parametrize("page_size", [None, 1, 16, 64], ids=lambda p: f"page{p}" if p else "contiguous")
+@pytest.mark.parametrize("page_size", [None, 1, 16, 64],
+                         ids=lambda p: f"page{p}" if p else "contiguous")
 @pytest.mark.parametrize("device", DEVICES)
 def test_decode_step_with_append(device, page_size):
     lengths = [0, 1, 63, 64, 300]

@@ -30,7 +30,10 @@ def _cu(lengths, device):
 
 def _batch(device, dtype, lengths_q, lengths_k, head_dim=128, seed=0):
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    make = lambda total, heads: torch.randn(total, heads, head_dim, generator=gen).to(device, dtype)  # noqa: E731
+
+    def make(total, heads):
+        return torch.randn(total, heads, head_dim, generator=gen).to(device, dtype)
+
     q = make(sum(lengths_q), HEADS_Q)
     k, v = make(sum(lengths_k), HEADS_KV), make(sum(lengths_k), HEADS_KV)
     return (q, k, v, _cu(lengths_q, device), _cu(lengths_k, device), max(lengths_q),
