@@ -61,32 +61,15 @@ void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
   }
   launcher(p);
 }
-
-// The cache append of a CUDA call, on its stream before the attention launch.
-void run_cuda_append(const AttentionParams& p, const AppendParams& append) {
-#ifdef FLASHCORE_HAS_APPEND_KV_CUDA
-  CurrentDeviceGuard guard(p.device_index);
-  append_kv_cuda(p, append);
-#else
-  (void)p, (void)append;
-  throw Error("k_new/v_new on a CUDA cache: this build has no CUDA append kernel "
-              "(src/cuda/append_kv.cu)");
-#endif
-}
 #endif
 
-// Writes k_new/v_new into the cache (validation checked that they fit) before any attention
-// runs, even for calls with no query row: a caller may prefill a cache with seqlen_q 0.
-void run_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
+// Writes k_new/v_new into a host cache (validation checked that they fit) before any attention
+// runs, even for calls with no query row: a caller may fill a cache with seqlen_q 0. A CUDA
+// cache is appended by run_cuda, on the call's stream right before the launch that reads it.
+void run_host_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
+  if (is_cuda_backend(backend)) return;
   const AppendParams append = append_params(args);
-  if (!append.active()) return;
-  if (!is_cuda_backend(backend)) {
-    append_kv_host(p, append);
-    return;
-  }
-#ifdef FLASHCORE_HAS_CUDA
-  run_cuda_append(p, append);
-#endif
+  if (append.active()) append_kv_host(p, append);
 }
 
 // Nothing to compute: no batch, no head or no query row.
@@ -98,7 +81,7 @@ bool is_noop(const AttentionParams& p) { return p.batch == 0 || p.heads_q == 0 |
 Backend attention_forward(const AttentionArgs& args) {
   detail::AttentionParams params = detail::validate_common(args);
   Backend backend = detail::choose_backend(params, args);
-  detail::run_append(backend, args, params);
+  detail::run_host_append(backend, args, params);
   if (detail::is_noop(params)) return backend;
   switch (backend) {
     case Backend::kCPU: detail::run_cpu_backend(params); break;

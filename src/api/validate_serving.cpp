@@ -14,9 +14,10 @@
 namespace flashcore::detail {
 namespace {
 
-constexpr DimNames kPackedQDims{3, "[total_q, heads, head_dim]", {"total_q", "heads", "head_dim"}};
-constexpr DimNames kPackedKvDims{3, "[total_k, heads, head_dim]",
-                                 {"total_k", "heads", "head_dim"}};
+constexpr DimNames kPackedQDims{3, "[total_q, heads_q, head_dim]",
+                                {"total_q", "heads_q", "head_dim"}};
+constexpr DimNames kPackedKvDims{3, "[total_k, heads_kv, head_dim]",
+                                 {"total_k", "heads_kv", "head_dim"}};
 constexpr DimNames kCacheDims{4, "[batch, capacity, heads_kv, head_dim]",
                               {"batch", "capacity", "heads_kv", "head_dim"}};
 constexpr DimNames kPagedDims{4, "[num_pages, page_size, heads_kv, head_dim]",

@@ -1,10 +1,10 @@
 // The in-place cache append of a kv-cache call (flashcore.h "Serving layouts"): k_new/v_new row r
 // of sequence b is written to cache position cache_seqlens[b] + r, through the same addressing
 // the attention reads (AttentionParams::k_offset / v_offset: contiguous or paged), before any
-// attention runs. Host code (src/cpu/append_kv.cpp) and the CUDA kernel (src/cuda/append_kv.cu)
-// both take their rows, sources and destinations from the accessors below, so they agree on
-// which rows move and neither can write outside the cache, even when cache_seqlens or the page
-// table hold wrong values.
+// attention runs. The host append (src/cpu/append_kv.cpp) takes its rows, sources and
+// destinations from the accessors below, so it cannot write outside the cache even when
+// cache_seqlens or the page table hold wrong values. (A CUDA cache is appended by the kernel of
+// src/cuda/append_kv.cu, which run_cuda calls.)
 #pragma once
 
 #include <cstdint>
@@ -45,11 +45,5 @@ struct AppendParams {
 
 // Writes params' k_new/v_new rows into the host cache (k/v), for the cpu and reference backends.
 void append_kv_host(const AttentionParams& params, const AppendParams& append);
-
-// The same for a CUDA cache: one kernel launch on params.stream (asynchronous, legal under graph
-// capture), ordered before the attention launch by the stream. Implemented in
-// src/cuda/append_kv.cu; attention.cpp calls it only in builds that define
-// FLASHCORE_HAS_APPEND_KV_CUDA.
-void append_kv_cuda(const AttentionParams& params, const AppendParams& append);
 
 }  // namespace flashcore::detail
