@@ -38,6 +38,7 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
@@ -137,6 +138,19 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
+  // The first block this consumer multiplies by V is the only one that can end past the keys.
+  int zero_v_from = Config::kBlockN;
+  if constexpr (kComputes) {
+    zero_v_from = sm90_v_rows_to_zero_from<Config::kBlockN>(
+        Layout::kv_tail_may_hold_garbage(params), Layout::seqlen_k(params, tile.batch),
+        kv_tiles.tile_at(dead_blocks));
+  }
+  const auto zero_first_v_tail = [&](int stage) {
+    if (zero_v_from < Config::kBlockN) {
+      sm90_zero_v_rows<Config>(smem.v_tile(stage), zero_v_from, thread_in_warpgroup,
+                               sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
+    }
+  };
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
@@ -173,6 +187,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       sm90_trace(Sm90Event::kKReady);
       mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
       sm90_trace(Sm90Event::kVReady);
+      if (step == 1) zero_first_v_tail(previous.stage);
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
       if constexpr (kComputes) {
@@ -214,6 +229,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     // Epilogue of the loop: P V of the last tile.
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     sm90_trace(Sm90Event::kVReady);
+    if (num_tiles == 1) zero_first_v_tail(ring.stage);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
     if constexpr (kComputes) {

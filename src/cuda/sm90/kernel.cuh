@@ -102,6 +102,11 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       int index = scheduler.first_index();
       while (index < num_tiles) {
         const Sm90Tile tile = scheduler.tile(params, index);
+        if (tile.m_block < 0) {  // an index past a packed batch's blocks (Sm90TileOrder)
+          if (!Scheduler::kPersistent) break;
+          index = scheduler.next_index(index);
+          continue;
+        }
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<Mainloop::kCausal> mask =
             Layout::template mask<Mainloop::kCausal>(params, tile.batch);

@@ -33,11 +33,12 @@ struct Sm90TensorMaps {
 // batch)): the slab is 64 >> group_shift positions of every head of the group.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap* map_q,
-                                                 uint64_t* barrier, const Sm90Tile& tile,
-                                                 int slab_row_begin, int group_shift) {
+                                                 uint64_t* barrier, const AttentionParams& params,
+                                                 const Sm90Tile& tile, int slab_row_begin,
+                                                 int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const TmaRowCoord at =
-      Layout::q_row(tile.batch, tile.head, sm90_row_position(slab_row_begin, group_shift));
+  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.head,
+                                      sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
     if constexpr (Config::kPacksGroups) {
@@ -51,25 +52,30 @@ __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap
 }
 
 // KV block `n_block` of K or V (every column block) into `dst`, completing on `full`; the
-// caller expects its bytes. Shared by the general and the decode kernel's producers.
+// caller expects its bytes. Shared by the general and the decode kernel's producers. The layout
+// cuts the block into boxes (one, or a paged cache's page runs); a box of r rows lands r
+// swizzled rows into each column block (128-byte rows: the swizzle follows the address).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorMap* map,
-                                                   uint64_t* full, int n_block, int kv_head,
-                                                   int batch) {
+                                                   uint64_t* full, const AttentionParams& params,
+                                                   int n_block, int kv_head, int batch) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
-  const TmaRowCoord at = Layout::kv_row(batch, kv_head, n_block * Config::kBlockN);
+  Layout::template for_each_kv_box<Config::kBlockN>(
+      params, batch, kv_head, n_block * Config::kBlockN, [&](int box_row, const TmaRowCoord& at) {
 #pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, at.row, at.head,
-                at.batch);
-  }
+        for (int block = 0; block < Config::kColumnBlocks; ++block) {
+          tma_load_4d(dst + block * kBoxBytesKV + box_row * kSwizzleBytes, map, full,
+                      block * Config::kBoxCols, at.row, at.head, at.batch);
+        }
+      });
 }
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
 // sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
-                                            const Sm90TensorMaps& maps, const Sm90Tile& tile,
+                                            const Sm90TensorMaps& maps,
+                                            const AttentionParams& params, const Sm90Tile& tile,
                                             int group_shift) {
   const int slabs_before_row_0 = sm90_slabs_before_row_0<Config>(tile.row_begin);
   mbarrier_arrive_expect_tx(smem.q_full(),
@@ -77,8 +83,8 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 #pragma unroll
   for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
     if (consumer < slabs_before_row_0) continue;
-    sm90_load_q_slab<Config, Layout>(smem.q_slab(consumer), maps.q, smem.q_full(), tile,
-                             sm90_slab_row_begin<Config>(tile, consumer), group_shift);
+    sm90_load_q_slab<Config, Layout>(smem.q_slab(consumer), maps.q, smem.q_full(), params, tile,
+                                     sm90_slab_row_begin<Config>(tile, consumer), group_shift);
   }
 }
 
@@ -86,7 +92,8 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 // consumers released that stage.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& smem,
-                                                  const CUtensorMap* map, bool is_v,
+                                                  const CUtensorMap* map,
+                                                  const AttentionParams& params, bool is_v,
                                                   const Sm90Tile& tile, int kv_head,
                                                   const KvTileRange& kv_tiles, int step,
                                                   RingPosition<Config::kStages>& ring) {
@@ -96,7 +103,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
   mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(dst, map, full, kv_tiles.tile_at(step), kv_head,
+  sm90_load_kv_block<Config, Layout>(dst, map, full, params, kv_tiles.tile_at(step), kv_head,
                                      tile.batch);
   ring.advance();
 }
@@ -127,10 +134,10 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     if (o_in_v_ring && step < Config::kConsumerWarpgroups) {
       mbarrier_wait_parity(smem.o_free(step), previous_tile_parity);
     }
-    sm90_load_kv_tile<Config, Layout>(smem, maps.v, true, tile, kv_head, kv_tiles, step, v_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.v, params, true, tile, kv_head, kv_tiles, step, v_ring);
   };
   if (count > 0) {
-    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, 0, k_ring);
   }
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), previous_tile_parity);
@@ -141,9 +148,9 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
       mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
   }
-  sm90_load_q<Config, Layout>(smem, maps, tile, group_shift);
+  sm90_load_q<Config, Layout>(smem, maps, params, tile, group_shift);
   for (int step = 1; step < count; ++step) {
-    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, step, k_ring);
     load_v(step - 1);
   }
   if (count > 0) load_v(count - 1);
