@@ -30,19 +30,20 @@ FC_HOST_DEVICE int lowest_power_of_two_factor(int n) { return n & -n; }
 struct Sm90DenseLayout {
   // Whether q can be packed (cu_seqlens_q): the tile order then walks the sequences' own blocks.
   static constexpr bool kMayPackQ = false;
-  FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
-    return params.seqlen_q_of(batch);
+  // The call's lengths themselves (the accessors would test the serving arrays for null).
+  FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int /*batch*/) {
+    return params.seqlen_q;
   }
-  FC_HOST_DEVICE static int seqlen_k(const AttentionParams& params, int batch) {
-    return params.seqlen_k_of(batch);
+  FC_HOST_DEVICE static int seqlen_k(const AttentionParams& params, int /*batch*/) {
+    return params.seqlen_k;
   }
   // The longest sequences of the call: what grids and L2 sections are sized by.
   FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
   FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
 
   template <bool kCausal>
-  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int batch) {
-    return MaskPolicy<kCausal>(params, batch);
+  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int /*batch*/) {
+    return MaskPolicy<kCausal>(params.seqlen_q, params.seqlen_k);
   }
 
   // Query row (or packed position) `row` of head `head` of batch entry `batch`, in Q's and O's map.
