@@ -84,15 +84,14 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     const CUtensorMap* map_v,
                                                     const AttentionParams& params,
                                                     const Sm90Tile& tile,
-                                                    const KvTileRange& kv_tiles, int step) {
+                                                    const KvTileRange& kv_tiles, int step,
+                                                    int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  mbarrier_arrive_expect_tx(smem.k_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params, n_block,
-                                     tile.head, tile.batch);
-  mbarrier_arrive_expect_tx(smem.v_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params, n_block,
-                                     tile.head, tile.batch);
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
+                                             n_block, tile.head, tile.batch, lane);
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
+                                             n_block, tile.head, tile.batch, lane);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse.
@@ -150,12 +149,16 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
+  // Thread 0 loads Q; the layout's producer lanes (thread 0, or warp 0) load K and V.
   if (thread == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
     sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), params, tile,
                                      slab_row_begin, tile_order.group_shift);
+  }
+  if (thread < Layout::kProducerLanes) {
     for (int step = 0; step < count && step < Config::kStages; ++step) {
-      sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step);
+      sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
+                                          thread);
     }
   }
 
@@ -192,9 +195,9 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     fence_accumulators(o);
     if (step + Config::kStages < count) {  // this stage takes the block kStages further on
       named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree), kSm90DecodeThreads);
-      if (thread == 0) {
+      if (thread < Layout::kProducerLanes) {
         sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
-                                            step + Config::kStages);
+                                            step + Config::kStages, thread);
       }
     }
   }

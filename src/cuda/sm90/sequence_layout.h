@@ -51,12 +51,14 @@ struct Sm90DenseLayout {
                                           int row) {
     return {row, head, batch};
   }
-  // The TMA boxes of a KV block of kBlockN keys from `first_key`: fn(row in the block, its map
-  // coordinates). Dense: one box of the whole block.
+  // Threads of the producer warp that issue K/V loads: one (the block is one box).
+  static constexpr int kProducerLanes = 1;
+  // The TMA boxes of a KV block of kBlockN keys from `first_key` that producer lane `lane` issues:
+  // fn(row in the block, its map coordinates). Dense: one box of the whole block, lane 0's.
   template <int kBlockN, class Fn>
   __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& /*params*/,
                                                          int batch, int kv_head, int first_key,
-                                                         Fn&& fn) {
+                                                         int /*lane*/, Fn&& fn) {
     fn(0, TmaRowCoord{first_key, kv_head, batch});
   }
   // Rows of a K/V box (the maps' box) and whether rows past a sequence's keys inside a loaded
@@ -130,12 +132,16 @@ struct Sm90ServingLayout {
             0};
   }
 
+  // A paged block is up to kBlockN boxes (page_size 1): the producer warp's 32 lanes share them,
+  // so their page-table reads and TMA issues overlap instead of queueing behind one thread.
+  static constexpr int kProducerLanes = 32;
   template <int kBlockN, class Fn>
   __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& params, int batch,
-                                                         int kv_head, int first_key, Fn&& fn) {
+                                                         int kv_head, int first_key, int lane,
+                                                         Fn&& fn) {
     if (params.page_table != nullptr) {
       const int box_rows = kv_box_rows<kBlockN>(params);
-      for (int row = 0; row < kBlockN; row += box_rows) {
+      for (int row = lane * box_rows; row < kBlockN; row += kProducerLanes * box_rows) {
         const int key = first_key + row;
         const int64_t entry = batch * params.page_table_stride + key / params.page_size;
         // Keys past the table's width (a block's tail past the capacity) read its last entry.
@@ -144,6 +150,8 @@ struct Sm90ServingLayout {
             params.page_table[entry < last_entry ? entry : last_entry], 0, params.num_pages - 1);
         fn(row, TmaRowCoord{key % params.page_size, kv_head, page});
       }
+    } else if (lane != 0) {
+      return;  // one box, lane 0's
     } else if (params.cu_seqlens_k != nullptr) {
       fn(0, TmaRowCoord{AttentionParams::packed_start(params.cu_seqlens_k, params.total_k, batch) +
                             first_key,
