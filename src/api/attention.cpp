@@ -49,6 +49,7 @@ class CurrentDeviceGuard {
 void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParams& p) {
   if (args.workspace == nullptr || backend != Backend::kSM90) return;
   p.tile_counters = static_cast<uint32_t*>(args.workspace);
+  p.workspace_bytes = args.workspace_bytes;
 }
 
 void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
