@@ -14,6 +14,7 @@
 #include "plan.h"
 #include "report.h"
 #include "runner.h"
+#include "serving.h"
 
 namespace fb = flashcore::bench;
 using flashcore::Backend;
@@ -59,7 +60,7 @@ fb::RunSettings settings_for(Backend backend, const fb::BenchOptions& options, u
 
 void print_header(const fb::BenchPlan& plan, uint64_t seed, std::ostream& os) {
   os << "flashcore-bench " << flashcore::version() << " (commit " << fb::build_commit()
-     << "), seed " << seed << ", " << plan.shapes.size() << " config(s) x "
+     << "), seed " << seed << ", " << plan.shapes.size() + plan.serving.size() << " config(s) x "
      << plan.backends.size() << " backend(s)\n";
   if (fb::gpu_present()) {
     os << "gpu: " << fb::gpu_name() << " (L2 " << fb::gpu_l2_bytes() / (1 << 20)
@@ -82,7 +83,7 @@ int run(const fb::BenchOptions& options) {
   print_header(plan, seed, human);
 
   std::vector<fb::BenchRecord> records;
-  const size_t total = plan.shapes.size() * plan.backends.size();
+  const size_t total = (plan.shapes.size() + plan.serving.size()) * plan.backends.size();
   for (size_t i = 0; i < plan.shapes.size(); ++i) {
     for (const Backend backend : plan.backends) {
       // One seed per config, the same for every backend: side by side on the same inputs.
@@ -91,6 +92,13 @@ int run(const fb::BenchOptions& options) {
       if (show_progress) {
         fb::print_progress(records.back(), records.size() - 1, total, std::cerr);
       }
+    }
+  }
+
+  for (size_t i = 0; i < plan.serving.size(); ++i) {
+    for (const Backend backend : plan.backends) {
+      records.push_back(fb::run_serving_benchmark(plan.serving[i], backend,
+                                                  settings_for(backend, options, seed + i)));
     }
   }
 

@@ -36,6 +36,25 @@ constexpr int64_t kMaxHeadDim = detail::kMaxCudaHeadDim;
 
 constexpr int64_t kMaxIterations = 1000000;
 
+bool is_known_layout(const std::string& name) {
+  return name == "dense" || name == "varlen" || name == "cache" || name == "paged";
+}
+
+// "8192,4096,17": sequence lengths of a ragged batch, each in [0, kMaxDimension].
+std::vector<int> parse_lengths(const std::string& text) {
+  std::vector<int> lengths;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos
+                                                                            : comma - begin);
+    lengths.push_back(static_cast<int>(parse_integer("", item, 0, kMaxDimension,
+                                                     " (a comma-separated list of lengths)")));
+    if (comma == std::string::npos) return lengths;
+    begin = comma + 1;
+  }
+}
+
 bool is_known_grid(const std::string& name) {
   return name == "default" || name == "small" || name == "standard" || name == "llm";
 }
@@ -66,18 +85,30 @@ void check_heads(const BenchOptions& options) {
   }
 }
 
+// --seqlens and --page-size belong to the serving layouts, --grid to the dense one; a ragged
+// batch is sized by its list, not by --batch.
+void check_layout_flags(const BenchOptions& options) {
+  const bool serving = options.layout != "dense";
+  if (!options.seqlens.empty() && !serving) {
+    throw UsageError("--seqlens needs --layout varlen, cache or paged (a dense batch has one "
+                     "length: --seqlen)");
+  }
+  if (!options.grid.empty() && serving) {
+    throw UsageError("--grid " + options.grid + " is dense; --layout " + options.layout +
+                     " runs one config");
+  }
+  if (!options.seqlens.empty() && options.batch_given) {
+    throw UsageError("--batch " + std::to_string(options.batch) + " and --seqlens: the batch "
+                     "is the number of --seqlens entries");
+  }
+}
+
 }  // namespace
 
 BenchOptions parse_options(const std::vector<std::string>& args) {
   BenchOptions options;
   PairedDimension seqlens, heads;
   using Handler = std::function<void(const std::string&)>;
-  auto dimension = [&](int* field) {
-    return [&options, field](const std::string& value) {
-      options.shape_given = true;
-      *field = static_cast<int>(parse_integer("", value, 1, kMaxDimension));
-    };
-  };
   auto paired = [&](std::optional<int>* slot) {
     return [&options, slot](const std::string& value) {
       options.shape_given = true;
@@ -87,7 +118,28 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
   // Flags that take a value; their handlers throw UsageError with an empty flag name that is
   // filled in below, so each message names the flag exactly as typed.
   const std::map<std::string, Handler> valued = {
-      {"--batch", dimension(&options.batch)},
+      {"--batch",
+       [&](const std::string& v) {
+         options.shape_given = options.batch_given = true;
+         options.batch = static_cast<int>(parse_integer("", v, 1, kMaxDimension));
+       }},
+      {"--layout",
+       [&](const std::string& v) {
+         if (!is_known_layout(v)) {
+           throw UsageError(" expects dense, varlen, cache or paged, got '" + v + "'");
+         }
+         options.shape_given = options.shape_given || v != "dense";
+         options.layout = v;
+       }},
+      {"--seqlens",
+       [&](const std::string& v) {
+         options.shape_given = true;
+         options.seqlens = parse_lengths(v);
+       }},
+      {"--page-size",
+       [&](const std::string& v) {
+         options.page_size = static_cast<int>(parse_integer("", v, 1, kMaxDimension));
+       }},
       {"--seqlen-q", paired(&seqlens.first)},
       {"--seqlen-k", paired(&seqlens.second)},
       {"--seqlen", paired(&seqlens.both)},
@@ -192,6 +244,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
                      " defines its own shapes: drop --batch/--seqlen*/--heads*/--head-dim "
                      "(--dtype and --causal filter a grid)");
   }
+  options.seqlen_q_given = seqlens.first.has_value() || seqlens.both.has_value();
+  check_layout_flags(options);
   // --seqlen-q 1 alone is decode against the default 512 keys; --heads-q 32 alone is 32 heads of
   // plain attention (MHA), not a GQA ratio against the default 4 key/value heads.
   seqlens.resolve(options.seqlen_q, options.seqlen_k, /*second_follows_first=*/false);
@@ -223,6 +277,17 @@ one config (any of these selects single-config mode):
   --causal             bottom-right causal mask; without other flags or on a grid: keep only
                        the causal configs
 
+serving layouts (one config; FLOPs count the visible pairs of each sequence):
+  --layout L           dense | varlen | cache | paged (dense)
+                       varlen: q and k/v packed with cu_seqlens (prefill of a ragged batch)
+                       cache: decode against a contiguous kv cache [batch, capacity, ...]
+                       paged: decode against a paged kv cache (pages in a shuffled order)
+  --seqlens L,L,...    the sequences' lengths (keys; for varlen queries too), e.g.
+                       8192,4096,2048,17,1; without it: --batch sequences of --seqlen-k
+  --seqlen-q N         varlen: each sequence's last min(N, L) queries (chunked prefill);
+                       cache/paged: queries per sequence (1: a decode step, the default)
+  --page-size N        tokens per page of a paged cache, 1..: (16)
+
 grids (instead of one config):
   --grid NAME          default: the no-flag default
                        small: tails, GQA/MQA, seqlen_q != seqlen_k (seconds, any backend)
@@ -253,6 +318,10 @@ examples:
   flashcore-bench                                # the default config, best backend + reference
   flashcore-bench --seqlen 4096 --head-dim 128 --causal --backend cpu          # one config
   flashcore-bench --heads-q 32 --heads-kv 8 --seqlen-q 1 --seqlen-k 8192      # a GQA decode step
+  flashcore-bench --layout varlen --seqlens 8192,4096,2048,1024,512,256,128,64,17,1 \
+      --heads-q 32 --heads-kv 8 --head-dim 128 --dtype bf16 --causal   # ragged prefill
+  flashcore-bench --layout paged --page-size 16 --batch 64 --seqlen-k 4096 \
+      --heads-q 32 --heads-kv 8 --head-dim 128 --dtype bf16           # paged decode
   flashcore-bench --grid standard --json results.json      # the BENCHMARKS.md grid (GPU only)
   flashcore-bench --grid llm                               # model shapes (GPU only)
   flashcore-bench --grid small --json - > small.json       # JSON on stdout, the table on stderr

@@ -28,6 +28,14 @@ struct BenchOptions {
   std::optional<DType> dtype;  // grids: keep only this dtype
   bool causal = false;         // grids: keep only causal configs
   bool shape_given = false;    // a flag that sizes a single config was given
+  bool seqlen_q_given = false; // --seqlen-q or --seqlen (paged decode defaults to 1 query)
+  bool batch_given = false;
+
+  // Serving layouts (one config): --layout varlen|cache|paged, a ragged batch from --seqlens
+  // (else --batch sequences of --seqlen-k keys), --page-size for a paged cache.
+  std::string layout = "dense";
+  std::vector<int> seqlens;
+  int page_size = 16;
 
   std::string backend = "auto";  // auto|cpu|reference|sm80|sm90|all
   std::optional<int> iters;      // timed runs (default depends on where the backend runs)

@@ -8,6 +8,7 @@
 #include "gpu.h"
 #include "grids.h"
 #include "runner.h"
+#include "serving.h"
 
 namespace flashcore::bench {
 namespace {
@@ -136,12 +137,45 @@ void check_library_accepts(const BenchOptions& options,
   backends = accepted;
 }
 
+// The serving config's memory and the library's answer on each backend, as for dense configs.
+void check_serving_config(const BenchOptions& options, const testing::ServingShape& shape,
+                          std::vector<Backend>& backends) {
+  const MemoryNeed need = serving_memory_needed(shape);
+  const double host_bytes = double(host_memory_bytes());
+  if (host_bytes > 0 && need.host_bytes > host_bytes) {
+    throw UsageError(shape.describe() + " needs " + gibibytes(need.host_bytes) +
+                     " of host memory, more than this machine's " + gibibytes(host_bytes));
+  }
+  std::vector<Backend> accepted;
+  for (const Backend backend : backends) {
+    const std::string reason = serving_refusal_reason(shape, backend);
+    if (reason.empty()) {
+      accepted.push_back(backend);
+    } else if (options.backend == "all") {
+      std::cerr << "note: --backend all skips " << to_string(backend) << ", which cannot run "
+                << shape.describe() << ": " << reason << "\n";
+    } else {
+      throw UsageError("backend " + std::string(to_string(backend)) + " cannot run " +
+                       shape.describe() + ": " + reason);
+    }
+  }
+  if (accepted.empty()) {
+    throw UsageError("--backend all: no available backend can run " + shape.describe());
+  }
+  backends = accepted;
+}
+
 }  // namespace
 
 BenchPlan make_plan(const BenchOptions& options) {
   BenchPlan plan;
   plan.backends = requested_backends(options);
   check_gpu_present(plan.backends);
+  if (options.layout != "dense") {
+    plan.serving = {serving_shape_from_options(options)};
+    check_serving_config(options, plan.serving.front(), plan.backends);
+    return plan;
+  }
   fit_backends_to_grid(options, plan.backends);
   plan.shapes = shapes_from_options(options);
   check_memory(plan.shapes, plan.backends);  // first: refusal_reason sums the shapes' bytes

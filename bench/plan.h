@@ -8,11 +8,13 @@
 #include "flashcore/flashcore.h"
 #include "options.h"
 #include "testing/accuracy.h"
+#include "testing/serving_problem.h"
 
 namespace flashcore::bench {
 
 struct BenchPlan {
   std::vector<testing::ProblemShape> shapes;
+  std::vector<testing::ServingShape> serving;  // --layout varlen|cache|paged (then no shapes)
   std::vector<Backend> backends;  // each runs every shape
 };
 

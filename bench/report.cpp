@@ -95,7 +95,7 @@ void print_table(const std::vector<BenchRecord>& records, std::ostream& os) {
   for (const BenchRecord& r : records) {
     const bool ran = r.error.empty();
     const bool checked = r.accuracy.has_value();
-    rows.push_back({r.shape.describe(), backend_label(r), ran ? fixed(r.median_ms, 3) : "-",
+    rows.push_back({config_text(r), backend_label(r), ran ? fixed(r.median_ms, 3) : "-",
                     ran ? fixed(r.tflops, r.tflops < 10 ? 3 : 1) : "-",
                     error_cell(checked ? r.accuracy->max_err_out : 0,
                                checked ? r.accuracy->tol_out : 0, checked),
@@ -129,16 +129,16 @@ void print_table(const std::vector<BenchRecord>& records, std::ostream& os) {
   // Failures get their full story under the table: the worst element or the error message.
   for (const BenchRecord& r : records) {
     if (!r.error.empty()) {
-      os << "ERROR " << r.shape.describe() << " [" << r.backend << "]: " << r.error << "\n";
+      os << "ERROR " << config_text(r) << " [" << r.backend << "]: " << r.error << "\n";
     } else if (!r.pass && r.accuracy) {
-      os << "FAIL " << r.shape.describe() << " [" << backend_label(r)
+      os << "FAIL " << config_text(r) << " [" << backend_label(r)
          << "]: " << r.accuracy->summary() << "\n";
     }
   }
 }
 
 void print_progress(const BenchRecord& record, size_t index, size_t count, std::ostream& os) {
-  os << "[" << index + 1 << "/" << count << "] " << record.shape.describe() << " "
+  os << "[" << index + 1 << "/" << count << "] " << config_text(record) << " "
      << backend_label(record) << ": ";
   if (!record.error.empty()) {
     os << "ERROR " << record.error << "\n";
@@ -176,7 +176,26 @@ void write_json(const std::vector<BenchRecord>& records, JsonDestination& destin
          << ", \"heads_kv\": " << s.heads_kv << ", \"head_dim\": " << s.head_dim
          << ", \"dtype\": " << quoted(to_string(s.dtype))
          << ", \"causal\": " << (s.causal ? "true" : "false")
-         << ", \"softmax_scale\": " << number(s.scale()) << ", \"flops\": " << number(s.flops())
+         << ", \"softmax_scale\": " << number(s.scale()) << ", \"flops\": " << number(record_flops(r));
+    if (r.serving) {
+      const testing::ServingShape& serving = *r.serving;
+      auto list = [](const std::vector<int>& values) {
+        std::string text = "[";
+        for (size_t i = 0; i < values.size(); ++i) {
+          text += (i ? ", " : "") + std::to_string(values[i]);
+        }
+        return text + "]";
+      };
+      file << ",\n   \"layout\": " << quoted(testing::to_string(serving.kv))
+           << ", \"seqlens_q\": " << list(serving.q_lens)
+           << ", \"seqlens_k\": " << list(serving.k_lens)
+           << ", \"page_size\": " << (serving.kv == testing::KvLayout::kPaged
+                                            ? std::to_string(serving.page_size)
+                                            : "null");
+    } else {
+      file << ",\n   \"layout\": \"dense\"";
+    }
+    file
          << ",\n   \"backend\": " << quoted(r.backend)
          << ", \"backend_ran\": " << quoted(r.backend_ran) << ", \"device\": " << quoted(r.device)
          << ", \"commit\": " << quoted(build_commit()) << ", \"version\": " << quoted(version())

@@ -156,6 +156,14 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
 
 }  // namespace
 
+std::string config_text(const BenchRecord& record) {
+  return record.serving ? record.serving->describe() : record.shape.describe();
+}
+
+double record_flops(const BenchRecord& record) {
+  return record.serving ? record.serving->flops() : record.shape.flops();
+}
+
 bool runs_on_gpu(Backend backend) {
   switch (backend) {
     case Backend::kSM80:

@@ -7,6 +7,7 @@
 
 #include "flashcore/flashcore.h"
 #include "testing/accuracy.h"
+#include "testing/serving_problem.h"
 
 namespace flashcore::bench {
 
@@ -19,6 +20,9 @@ struct RunSettings {
 
 // Everything one row of the table and one JSON record holds.
 struct BenchRecord {
+  // A serving config (--layout) keeps its batch here; `shape` then holds its batch size, longest
+  // sequences, heads and dtype.
+  std::optional<testing::ServingShape> serving;
   testing::ProblemShape shape;
   std::string backend;      // as requested: auto, cpu, reference, sm80, sm90
   std::string backend_ran;  // what attention_forward reports it ran ("" when it failed)
@@ -34,6 +38,10 @@ struct BenchRecord {
   std::string error;        // the Error message when the run threw; empty otherwise
   bool pass = false;
 };
+
+// The config column and FLOPs of a record, dense or serving.
+std::string config_text(const BenchRecord& record);
+double record_flops(const BenchRecord& record);
 
 // Whether `backend` runs on device memory here (auto: when a CUDA backend is available).
 bool runs_on_gpu(Backend backend);

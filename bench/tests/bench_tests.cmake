@@ -109,3 +109,24 @@ if(Python3_Interpreter_FOUND)
            ${CMAKE_CURRENT_SOURCE_DIR}/tests/check_json.py ${json_file})
   set_tests_properties(bench_json_parse PROPERTIES LABELS cpu FIXTURES_REQUIRED bench_json)
 endif()
+# Serving layouts (--layout): a ragged varlen batch (a 0-length sequence included) and a paged
+# decode step run on the cpu backend and pass the per-sequence check; their flag errors are
+# usage errors.
+flashcore_bench_test(bench_varlen_cpu 0
+                     "varlen q\\[65,17,1,0\\] k\\[65,17,1,0\\] hq4 hkv2 d32 fp16 causal +\\| cpu.*all results pass"
+                     --layout varlen --seqlens 65,17,1,0 --heads-q 4 --heads-kv 2 --head-dim 32
+                     --causal --backend cpu --iters 1)
+flashcore_bench_test(bench_paged_decode_cpu 0
+                     "paged page16 q3x\\[1\\] k3x\\[100\\] hq8 hkv2 d64 fp16 +\\| cpu.*all results pass"
+                     --layout paged --page-size 16 --batch 3 --seqlen-k 100 --heads-q 8
+                     --heads-kv 2 --backend cpu --iters 1)
+flashcore_bench_test(bench_paged_json 0 "\"layout\": \"paged\", \"seqlens_q\": \\[1, 1\\]"
+                     --layout paged --page-size 1 --seqlens 5,9 --backend cpu --iters 1
+                     --json - STDOUT_JSON)
+flashcore_bench_test(bench_seqlens_without_layout 2 "--seqlens needs --layout" --seqlens 4,5)
+flashcore_bench_test(bench_seqlens_with_batch 2 "the batch is the number of --seqlens entries"
+                     --layout varlen --seqlens 4,5 --batch 3)
+flashcore_bench_test(bench_page_size_zero 2 "--page-size expects an integer in \\[1," --layout paged
+                     --page-size 0)
+flashcore_bench_test(bench_bad_layout 2 "--layout expects dense, varlen, cache or paged, got 'x'"
+                     --layout x)

@@ -3,6 +3,8 @@
 #include "api/backend.h"
 #include "api/kernel_registry.h"
 #include "api/validate.h"
+#include "api/validate_serving.h"
+#include "common/append.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/reference.h"
 
@@ -67,6 +69,15 @@ void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
 }
 #endif
 
+// Writes k_new/v_new into a host cache (validation checked that they fit) before any attention
+// runs, even for calls with no query row: a caller may fill a cache with seqlen_q 0. A CUDA
+// cache is appended by run_cuda, on the call's stream right before the launch that reads it.
+void run_host_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
+  if (is_cuda_backend(backend)) return;
+  const AppendParams append = append_params(args);
+  if (append.active()) append_kv_host(p, append);
+}
+
 // Nothing to compute: no batch, no head or no query row.
 bool is_noop(const AttentionParams& p) { return p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0; }
 
@@ -76,6 +87,7 @@ bool is_noop(const AttentionParams& p) { return p.batch == 0 || p.heads_q == 0 |
 Backend attention_forward(const AttentionArgs& args) {
   detail::AttentionParams params = detail::validate_common(args);
   Backend backend = detail::choose_backend(params, args);
+  detail::run_host_append(backend, args, params);
   if (detail::is_noop(params)) return backend;
   switch (backend) {
     case Backend::kCPU: detail::run_cpu_backend(params); break;

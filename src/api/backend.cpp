@@ -6,6 +6,7 @@
 
 #include "api/kernel_registry.h"
 #include "api/validate.h"
+#include "api/validate_serving.h"
 
 namespace flashcore::detail {
 namespace {
@@ -22,10 +23,28 @@ bool strides_fit_tma(const TensorView& t) {
   return reinterpret_cast<uintptr_t>(t.data) % kCudaAlignmentBytes == 0;
 }
 
+}  // namespace
+
+// The one switch for the sm90 kernels' serving layouts: they run the dense layout only, until
+// their producer takes the varlen/paged addressing (then this returns "" for them too).
+std::string sm90_layout_unsupported_reason(const AttentionParams& params) {
+  if (params.is_dense()) return "";
+  return "sm90 does not run varlen/paged calls yet";
+}
+
+std::string layout_unsupported_reason(Backend backend, const AttentionParams& params) {
+  if (backend == Backend::kSM90) return sm90_layout_unsupported_reason(params);
+  return "";  // cpu, reference and sm80 run every layout
+}
+
+namespace {
+
 // Empty when `backend` can run the call, else the reason.
 std::string why_not(Backend backend, const AttentionParams& params, const AttentionArgs& args) {
   std::string reason = backend_unavailable_reason(backend, params.device_index);
   if (!reason.empty()) return reason;
+  reason = layout_unsupported_reason(backend, params);
+  if (!reason.empty()) return reason + " (this call is " + layout_name(params) + ")";
   if (find_kernel(backend, params.dtype, params.head_dim, params.causal) == nullptr) {
     return std::string("no kernel compiled for ") + to_string(params.dtype) + " head_dim=" +
            std::to_string(params.head_dim) + (params.causal ? " causal" : " non-causal");
@@ -43,6 +62,11 @@ std::string why_not(Backend backend, const AttentionParams& params, const Attent
 Backend choose_backend(const AttentionParams& params, const AttentionArgs& args) {
   if (args.backend != Backend::kAuto) {
     validate_for_backend(params, args.backend);
+    const std::string reason = layout_unsupported_reason(args.backend, params);
+    if (!reason.empty()) {
+      throw Error(std::string("backend ") + to_string(args.backend) + " cannot run this call's " +
+                  layout_name(params) + " layout: " + reason);
+    }
     return args.backend;
   }
   if (args.q.device.type == DeviceType::kCPU) return Backend::kCPU;

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "api/kernel_registry.h"
+#include "api/tensor_checks.h"
+#include "api/validate_serving.h"
 
 #ifdef FLASHCORE_HAS_CUDA
 #include "cuda/device_info.h"
@@ -16,137 +18,48 @@
 namespace flashcore::detail {
 namespace {
 
-constexpr int kAttentionRank = 4;  // [batch, seqlen, heads, head_dim]
-constexpr const char* kDimNames[kAttentionRank] = {"batch", "seqlen", "heads", "head_dim"};
-constexpr const char* kAttentionDims = "[batch, seqlen, heads, head_dim]";
-constexpr int kLseRank = 3;        // [batch, heads_q, seqlen_q]
-constexpr const char* kLseDims = "[batch, heads_q, seqlen_q]";
+const char* kDimNames[kMaxDims] = {"batch", "seqlen", "heads", "head_dim"};
 
-[[noreturn]] void fail(const std::string& message) { throw Error(message); }
-
-std::string shape_string(const TensorView& t) {
-  std::ostringstream text;
-  text << "[";
-  for (int i = 0; i < t.ndim; ++i) text << (i ? ", " : "") << t.shape[i];
-  text << "]";
-  return text.str();
+// Shapes of a dense call: q/out [batch, seqlen_q, heads_q, d], k/v [batch, seqlen_k, heads_kv, d].
+CallShape check_dense_shapes(const AttentionArgs& args) {
+  const TensorView &q = args.q, &k = args.k, &v = args.v, &out = args.out;
+  check_tensor("q", q, kDenseDims);
+  check_tensor("k", k, kDenseDims);
+  check_tensor("v", v, kDenseDims);
+  check_tensor("out", out, kDenseDims);
+  if (k.shape != v.shape) {
+    fail("k and v must have the same shape, got k " + shape_string(k) + " and v " +
+         shape_string(v));
+  }
+  for (int dim : {0, 3}) check_same_dim("q", q, dim, "k", k, dim, kDimNames[dim]);
+  for (int dim = 0; dim < kDenseDims.rank; ++dim) {
+    check_same_dim("out", out, dim, "q", q, dim, kDimNames[dim]);
+  }
+  CallShape s;
+  s.batch = q.shape[0], s.seqlen_q = q.shape[1], s.seqlen_k = k.shape[1];
+  s.heads_q = q.shape[2], s.heads_kv = k.shape[2], s.head_dim = q.shape[3];
+  s.lse_shape = {s.batch, s.heads_q, s.seqlen_q};
+  return s;
 }
 
-std::string address_string(const void* ptr) {
-  std::ostringstream text;
-  text << ptr;
-  return text.str();
-}
-
-// One wording for every tensor, e.g. "q must have 4 dimensions [batch, seqlen, heads, head_dim],
-// got 3 (shape [16, 4, 64])". The Python module words the ranks it checks itself (ranks a
-// TensorView cannot hold, torch tensors) the same way.
-void check_rank(const char* name, const TensorView& t, int rank, const char* dims) {
-  if (t.ndim != rank) {
-    fail(std::string(name) + " must have " + std::to_string(rank) + " dimensions " + dims +
-         ", got " + std::to_string(t.ndim) + " (shape " + shape_string(t) + ")");
-  }
-}
-
-// Sizes, strides and pointer of one tensor on its own.
-void check_tensor(const char* name, const TensorView& t, int rank, const char* dims) {
-  check_rank(name, t, rank, dims);
-  for (int i = 0; i < rank; ++i) {
-    if (t.shape[i] < 0) {
-      fail(std::string("size of dim ") + std::to_string(i) + " of " + name +
-           " must be >= 0, got " + std::to_string(t.shape[i]) + " " + shape_string(t));
-    }
-    if (t.shape[i] > INT_MAX) {
-      fail(std::string("size of dim ") + std::to_string(i) + " of " + name + " is " +
-           std::to_string(t.shape[i]) + ", larger than the supported " + std::to_string(INT_MAX));
-    }
-    if (t.strides[i] < 0) {
-      fail(std::string("stride of dim ") + std::to_string(i) + " of " + name +
-           " must be >= 0, got " + std::to_string(t.strides[i]));
-    }
-  }
-  if (t.strides[rank - 1] != 1 && t.shape[rank - 1] > 1) {
-    fail(std::string("stride of last dim of ") + name + " must be 1, got " +
-         std::to_string(t.strides[rank - 1]));
-  }
-  if (t.data == nullptr && t.numel() > 0) {
-    fail(std::string(name) + " has a null data pointer but " + std::to_string(t.numel()) +
-         " elements " + shape_string(t));
-  }
-}
-
-void check_same_dim(const char* name_a, const TensorView& a, const char* name_b,
-                    const TensorView& b, int dim) {
-  if (a.shape[dim] != b.shape[dim]) {
-    fail(std::string(kDimNames[dim]) + " of " + name_a + " (" + std::to_string(a.shape[dim]) +
-         ") does not match " + kDimNames[dim] + " of " + name_b + " (" +
-         std::to_string(b.shape[dim]) + ")");
-  }
-}
-
-void check_same_device(const char* name_a, const TensorView& a, const char* name_b,
-                       const TensorView& b) {
-  if (a.device.type != b.device.type || a.device.index != b.device.index) {
-    fail(std::string(name_a) + " on " + device_name(a.device) + " but " + name_b + " on " +
-         device_name(b.device));
-  }
-}
-
-// [first byte, one past the last byte] a view can touch (strides are non-negative here).
-struct ByteRange {
-  uintptr_t begin = 0, end = 0;
-};
-
-ByteRange byte_range(const TensorView& t) {
-  ByteRange range;
-  if (t.numel() == 0) return range;
-  int64_t last = 0;
-  for (int i = 0; i < t.ndim; ++i) last += (t.shape[i] - 1) * t.strides[i];
-  range.begin = reinterpret_cast<uintptr_t>(t.data);
-  range.end = range.begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype));
-  return range;
-}
-
-void check_no_overlap(const char* name_a, const TensorView& a, const char* name_b,
-                      const TensorView& b) {
-  ByteRange ra = byte_range(a), rb = byte_range(b);
-  if (ra.begin == ra.end || rb.begin == rb.end) return;
-  if (ra.begin < rb.end && rb.begin < ra.end) {
-    fail(std::string(name_a) + " overlaps " + name_b + " in memory (" + name_a + " at " +
-         address_string(a.data) + ", " + name_b + " at " + address_string(b.data) +
-         "); the output must not alias an input");
-  }
-}
-
-// Base pointer and the strides of dims 0..2 keep every row 16-byte aligned.
-void check_cuda_alignment(const char* name, const TensorView& t) {
-  if (reinterpret_cast<uintptr_t>(t.data) % kCudaAlignmentBytes != 0) {
-    fail(std::string("data pointer of ") + name + " (" + address_string(t.data) +
-         ") must be " + std::to_string(kCudaAlignmentBytes) + "-byte aligned for CUDA backends");
-  }
-  int64_t element_bytes = static_cast<int64_t>(dtype_size(t.dtype));
-  for (int i = 0; i < t.ndim - 1; ++i) {
-    int64_t stride_bytes = t.strides[i] * element_bytes;
-    if (t.shape[i] > 1 && stride_bytes % kCudaAlignmentBytes != 0) {
-      fail(std::string(kDimNames[i]) + " stride of " + name + " is " +
-           std::to_string(t.strides[i]) + " elements (" + std::to_string(stride_bytes) +
-           " bytes); CUDA backends need a multiple of " + std::to_string(kCudaAlignmentBytes) +
-           " bytes so every row stays aligned");
-    }
-  }
-}
-
-void check_lse(const AttentionArgs& args, int64_t batch, int64_t heads_q, int64_t seqlen_q) {
+void check_lse(const AttentionArgs& args, const CallShape& s) {
   const TensorView& lse = *args.lse;
-  check_rank("lse", lse, kLseRank, kLseDims);
-  if (lse.shape[0] != batch || lse.shape[1] != heads_q || lse.shape[2] != seqlen_q) {
-    fail("lse must have shape [" + std::to_string(batch) + ", " + std::to_string(heads_q) + ", " +
-         std::to_string(seqlen_q) + "] (batch, heads_q, seqlen_q), got " + shape_string(lse));
+  const DimNames dims{static_cast<int>(s.lse_shape.size()), s.lse_text, {}};
+  check_rank("lse", lse, dims);
+  std::string expected = "[", got_names = s.lse_text;
+  bool matches = true;
+  for (size_t i = 0; i < s.lse_shape.size(); ++i) {
+    expected += (i ? ", " : "") + std::to_string(s.lse_shape[i]);
+    matches = matches && lse.shape[i] == s.lse_shape[i];
+  }
+  if (!matches) {
+    fail("lse must have shape " + expected + "] (" +
+         got_names.substr(1, got_names.size() - 2) + "), got " + shape_string(lse));
   }
   if (lse.dtype != DType::kFloat32) {
     fail(std::string("lse must be fp32, got ") + to_string(lse.dtype));
   }
-  check_tensor("lse", lse, kLseRank, kLseDims);  // strides and pointer, as for q/k/v/out
+  check_tensor("lse", lse, dims);  // strides and pointer, as for q/k/v/out
   check_same_device("lse", lse, "q", args.q);
   for (auto [name, t] : {std::pair{"q", &args.q}, {"k", &args.k}, {"v", &args.v},
                          {"out", &args.out}}) {
@@ -184,10 +97,15 @@ void check_workspace(const AttentionArgs& args) {
 // since an address may be freed and reused as host memory between them.
 void check_device_pointers(const AttentionArgs& args) {
   const int device_index = args.q.device.index;
-  const TensorView* all[] = {&args.q, &args.k, &args.v, &args.out,
-                             args.lse ? &*args.lse : nullptr};
-  const char* names[] = {"q", "k", "v", "out", "lse"};
-  constexpr int kChecked = 5;
+  auto optional = [](const std::optional<TensorView>& t) { return t ? &*t : nullptr; };
+  const TensorView* all[] = {&args.q, &args.k, &args.v, &args.out, optional(args.lse),
+                             optional(args.cu_seqlens_q), optional(args.cu_seqlens_k),
+                             optional(args.seqused_k), optional(args.cache_seqlens),
+                             optional(args.page_table), optional(args.k_new),
+                             optional(args.v_new)};
+  const char* names[] = {"q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k",
+                         "seqused_k", "cache_seqlens", "page_table", "k_new", "v_new"};
+  constexpr int kChecked = sizeof(all) / sizeof(all[0]);
   const void* good[kChecked] = {};  // pointers already known to be device memory
   int num_good = 0;
   auto known_good = [&](const void* ptr) {
@@ -225,14 +143,16 @@ std::string device_name(const Device& device) {
 }
 
 // The sm90 split-KV partials of a call that the sm90 backend may run: a Hopper device, fp16 /
-// bf16, backend auto or sm90. The backend sizes them (launchers.h); without k (the Python helpers'
-// q-only question) it gives its bound for any k.
+// bf16, backend auto or sm90, the dense layout (sm90 sizes its split-KV partials from dense q/k
+// shapes; the serving layouts need the tile counters only, for now). The backend sizes them
+// (launchers.h); without k (the Python helpers' q-only question) it gives its bound for any k.
 size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 #ifdef FLASHCORE_HAS_CUDA
   const TensorView &q = args.q, &k = args.k;
   const bool half_precision = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
   const bool may_run_sm90 = args.backend == Backend::kAuto || args.backend == Backend::kSM90;
-  if (q.ndim != kAttentionRank || !half_precision || !may_run_sm90) return 0;
+  const bool dense = !args.cu_seqlens_q && !args.cu_seqlens_k && !args.cache_seqlens;
+  if (q.ndim != kDenseDims.rank || !half_precision || !may_run_sm90 || !dense) return 0;
   const DeviceInfo& device = device_info(q.device.index);
   if (!device.present || device.cc_major != 9) return 0;
   Sm90WorkspaceQuery query;
@@ -240,7 +160,7 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
   query.seqlen_q = q.shape[1];
   query.heads_q = q.shape[2];
   query.head_dim = q.shape[3];
-  if (k.ndim == kAttentionRank) {
+  if (k.ndim == kDenseDims.rank) {
     query.seqlen_k = k.shape[1];
     query.heads_kv = k.shape[2];
   }
@@ -255,30 +175,25 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
 
 AttentionParams validate_common(const AttentionArgs& args) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &out = args.out;
-  check_tensor("q", q, kAttentionRank, kAttentionDims);
-  check_tensor("k", k, kAttentionRank, kAttentionDims);
-  check_tensor("v", v, kAttentionRank, kAttentionDims);
-  check_tensor("out", out, kAttentionRank, kAttentionDims);
+  const ServingLayout layout = serving_layout(args);
+  const CallShape shape = layout.dense() ? check_dense_shapes(args)
+                                         : check_serving_shapes(args, layout);
 
   check_same_device("q", q, "k", k);
   check_same_device("q", q, "v", v);
   check_same_device("q", q, "out", out);
 
+  if (q.dtype == DType::kInt32) {
+    fail("dtype of q must be fp16, bf16 or fp32, got int32 (int32 is for the index tensors)");
+  }
   for (auto [name, t] : {std::pair{"k", &k}, {"v", &v}, {"out", &out}}) {
     if (t->dtype != q.dtype) {
       fail(std::string("dtype of ") + name + " (" + to_string(t->dtype) +
            ") does not match dtype of q (" + to_string(q.dtype) + ")");
     }
   }
-  if (k.shape != v.shape) {
-    fail("k and v must have the same shape, got k " + shape_string(k) + " and v " +
-         shape_string(v));
-  }
-  for (int dim : {0, 3}) check_same_dim("q", q, "k", k, dim);
-  check_same_dim("k", k, "v", v, 1);
-  for (int dim = 0; dim < kAttentionRank; ++dim) check_same_dim("out", out, "q", q, dim);
 
-  const int64_t heads_q = q.shape[2], heads_kv = k.shape[2], head_dim = q.shape[3];
+  const int64_t heads_q = shape.heads_q, heads_kv = shape.heads_kv, head_dim = shape.head_dim;
   if (heads_kv == 0 && heads_q != 0) {
     fail("heads_kv=0 but heads_q=" + std::to_string(heads_q) + "; heads_q must be a multiple of "
          "heads_kv");
@@ -292,7 +207,8 @@ AttentionParams validate_common(const AttentionArgs& args) {
   check_no_overlap("out", out, "q", q);
   check_no_overlap("out", out, "k", k);
   check_no_overlap("out", out, "v", v);
-  if (args.lse) check_lse(args, q.shape[0], heads_q, q.shape[1]);
+  if (args.lse) check_lse(args, shape);
+  if (!layout.dense()) check_serving_overlaps(args, layout);
   check_workspace(args);
 
   float scale = args.softmax_scale ? *args.softmax_scale
@@ -322,9 +238,13 @@ AttentionParams validate_common(const AttentionArgs& args) {
       fail("head_dim=" + std::to_string(head_dim) + " is larger than " +
            std::to_string(kMaxCudaHeadDim) + ", the largest head_dim of the CUDA backends");
     }
-    for (auto [name, t] : {std::pair{"q", &q}, {"k", &k}, {"v", &v}, {"out", &out}}) {
-      check_cuda_alignment(name, *t);
+    for (auto [name, t] : {std::pair{"q", &q}, {"out", &out}}) {
+      check_cuda_alignment(name, *t, shape.q_dims);
     }
+    for (auto [name, t] : {std::pair{"k", &k}, {"v", &v}}) {
+      check_cuda_alignment(name, *t, shape.kv_dims);
+    }
+    check_serving_cuda_alignment(args, layout);
 #ifdef FLASHCORE_HAS_CUDA
     // An explicit backend that cannot run says so before the pointer checks, which would only
     // report the symptom ("not device memory") when there is no device at all.
@@ -351,26 +271,41 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.out = out.data;
   p.lse = args.lse ? static_cast<float*>(args.lse->data) : nullptr;
   p.dtype = q.dtype;
-  p.batch = static_cast<int>(q.shape[0]);
-  p.seqlen_q = static_cast<int>(q.shape[1]);
-  p.seqlen_k = static_cast<int>(k.shape[1]);
+  p.batch = static_cast<int>(shape.batch);
+  p.seqlen_q = static_cast<int>(shape.seqlen_q);
+  p.seqlen_k = static_cast<int>(shape.seqlen_k);
   p.heads_q = static_cast<int>(heads_q);
   p.heads_kv = static_cast<int>(heads_kv);
   p.head_dim = static_cast<int>(head_dim);
-  p.q_batch_stride = q.strides[0], p.q_row_stride = q.strides[1], p.q_head_stride = q.strides[2];
-  p.k_batch_stride = k.strides[0], p.k_row_stride = k.strides[1], p.k_head_stride = k.strides[2];
-  p.v_batch_stride = v.strides[0], p.v_row_stride = v.strides[1], p.v_head_stride = v.strides[2];
-  p.o_batch_stride = out.strides[0], p.o_row_stride = out.strides[1];
-  p.o_head_stride = out.strides[2];
-  if (args.lse) p.lse_batch_stride = args.lse->strides[0], p.lse_head_stride = args.lse->strides[1];
+  // Rank 4 is [batch (or page), rows, heads, d]; rank 3 is packed [rows, heads, d], batch
+  // stride 0 (the accessors find a packed sequence's rows through cu_seqlens).
+  auto set_strides = [](const TensorView& t, int64_t& batch, int64_t& row, int64_t& head) {
+    const int r = t.ndim;
+    batch = r == 4 ? t.strides[0] : 0;
+    row = t.strides[r - 3];
+    head = t.strides[r - 2];
+  };
+  set_strides(q, p.q_batch_stride, p.q_row_stride, p.q_head_stride);
+  set_strides(k, p.k_batch_stride, p.k_row_stride, p.k_head_stride);
+  set_strides(v, p.v_batch_stride, p.v_row_stride, p.v_head_stride);
+  set_strides(out, p.o_batch_stride, p.o_row_stride, p.o_head_stride);
+  if (args.lse) {  // [batch, heads_q, seqlen_q] or packed [heads_q, total_q]
+    const TensorView& lse = *args.lse;
+    p.lse_batch_stride = lse.ndim == 3 ? lse.strides[0] : 0;
+    p.lse_head_stride = lse.strides[lse.ndim - 2];
+  }
   p.set_softmax_scale(scale);
-  p.causal = needs_causal_mask(args.causal, q.shape[1]);
+  p.causal = needs_causal_mask(args.causal, shape.seqlen_q);
   p.device_index = on_cuda ? q.device.index : 0;
   p.stream = args.stream;
   // Set by run_cuda from the caller's workspace (sm90 only); the sm90 launcher zeroes it on the
   // stream right before a launch that claims tiles.
   p.tile_counters = nullptr;
   p.num_sms = num_sms;
+  if (!layout.dense()) {
+    fill_serving_params(args, layout, p);
+    if (index_values_checked(args)) check_index_values(args, p);
+  }
   return p;
 }
 

@@ -162,6 +162,7 @@ void accumulate_pv(int rows, Workspace& w) {
 void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace& w) {
   const int d = p.head_dim, d_pad = w.d_pad, seqlen_k = p.seqlen_k_of(b);
   const int m_end = std::min(m_begin + kQueryBlock, p.seqlen_q_of(b));
+  if (m_end <= m_begin) return;  // past the end of a shorter sequence of a packed batch
   const int rows = m_end - m_begin, rows_pad = round_up(rows, kTileRows);
   const int kv_head = p.kv_head_of(h), offset = p.causal_offset(b);
 
@@ -215,6 +216,8 @@ void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace
 }  // namespace
 
 void run_cpu_backend(const AttentionParams& p) {
+  // p.seqlen_q bounds every sequence's queries (max_seqlen_q when packed); blocks past a
+  // sequence's own length return at once.
   const int query_blocks = (p.seqlen_q + kQueryBlock - 1) / kQueryBlock;
   const int64_t items = int64_t(p.batch) * p.heads_q * query_blocks;
   if (items == 0 || p.head_dim == 0) return;

@@ -100,6 +100,7 @@ ReferenceResult reference_attention(const AttentionParams& p, const std::vector<
     std::vector<double> q(d);
     for (int r = 0; r < num_rows; ++r) {
       const int row = rows[r];
+      if (row >= p.seqlen_q_of(b)) continue;  // a shorter sequence of a packed batch
       const int keys = visible_keys(p, b, row);
       if (keys == 0) continue;  // out stays 0, lse stays -inf
       for (int c = 0; c < d; ++c) q[c] = load_element(p.dtype, p.q, p.q_offset(b, row, h) + c);
@@ -119,7 +120,7 @@ void run_reference_backend(const AttentionParams& p) {
   ReferenceResult result = reference_attention(p, {}, ReferenceMode::kFloat64);
   const int d = p.head_dim;
   for (int b = 0; b < p.batch; ++b) {
-    for (int row = 0; row < p.seqlen_q; ++row) {
+    for (int row = 0; row < p.seqlen_q_of(b); ++row) {
       for (int h = 0; h < p.heads_q; ++h) {
         const double* out = &result.out[((size_t(b) * p.seqlen_q + row) * p.heads_q + h) * d];
         for (int c = 0; c < d; ++c) {

@@ -19,13 +19,16 @@ enum class ReferenceMode {
   kBaseline,
 };
 
+// Rows are indexed by query row of each sequence; with packed q (cu_seqlens_q) a row past its
+// sequence's length stays out = 0, lse = -inf.
 struct ReferenceResult {
   int rows = 0;             // number of query rows computed (rows.size())
   std::vector<double> out;  // [batch][rows][heads_q][head_dim]
   std::vector<double> lse;  // [batch][heads_q][rows], natural log; -inf for rows with no key
 };
 
-// Computes the given query rows (every row when `rows` is empty) of every batch and head.
+// Computes the given query rows (every row < params.seqlen_q when `rows` is empty) of every
+// batch and head, through the params' accessors (any layout: packed, paged, kv cache).
 // Reads q/k/v through the params' strides; ignores params.out and params.lse.
 ReferenceResult reference_attention(const AttentionParams& params, const std::vector<int>& rows,
                                     ReferenceMode mode);

@@ -2,12 +2,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "api/backend.h"
 #include "api/validate.h"
+#include "api/validate_serving.h"
 #include "flashcore/flashcore.h"
+#include "testing/serving_problem.h"
 #include "thrown_message.h"
 
 namespace flashcore {
@@ -380,6 +385,333 @@ TEST_F(Validation, ParamsCarryDefaultScaleAndStrides) {
   EXPECT_EQ(p.group_size(), 4);
   args.softmax_scale = 0.3f;
   EXPECT_FLOAT_EQ(detail::validate_common(args).softmax_scale, 0.3f);
+}
+
+}  // namespace
+}  // namespace flashcore
+
+// --- serving layouts (flashcore.h "Serving layouts") ---
+namespace flashcore {
+namespace {
+
+using testing::KvLayout;
+using testing::ServingProblem;
+using testing::ServingShape;
+
+ServingShape small_serving(KvLayout kv, bool append = false, bool packed_q = true) {
+  ServingShape s;
+  s.kv = kv;
+  s.q_lens = packed_q ? std::vector<int>{3, 0, 5} : std::vector<int>{1, 1, 1};
+  s.k_lens = {20, 7, 40};
+  s.packed_q = packed_q;
+  s.append = append;
+  s.page_size = 16;
+  s.causal = true;
+  return s;
+}
+
+// The problem's valid args validate; each test then breaks one thing.
+class ServingValidation : public ::testing::Test {
+ protected:
+  ServingProblem varlen{small_serving(KvLayout::kVarlen)};
+  ServingProblem paged{small_serving(KvLayout::kPaged, true)};           // packed q + append
+  ServingProblem decode{small_serving(KvLayout::kPaged, true, false)};   // dense q, 1 new token
+  ServingProblem contiguous{small_serving(KvLayout::kCache)};
+  std::vector<uint16_t> spare = std::vector<uint16_t>(1 << 16);
+  std::vector<int32_t> spare_ints = std::vector<int32_t>(64);
+
+  void SetUp() override {
+    for (ServingProblem* p : {&varlen, &paged, &decode, &contiguous}) {
+      ASSERT_EQ(error_of(p->args()), "") << p->shape().describe();
+    }
+  }
+};
+
+TEST_F(ServingValidation, CombinationsThatMeanNothing) {
+  AttentionArgs a = varlen.args();
+  a.cache_seqlens = contiguous.args().cache_seqlens;
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_k and cache_seqlens cannot be combined");
+  a = varlen.args();
+  a.cu_seqlens_q.reset();
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_k is set but cu_seqlens_q is not");
+  a = varlen.args();
+  a.cu_seqlens_k.reset();
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_q is set without cu_seqlens_k", "cache_seqlens");
+  a = contiguous.args();
+  a.seqused_k = a.cache_seqlens;
+  EXPECT_ERROR_MENTIONS(a, "seqused_k is set without cu_seqlens_k");
+  a = decode.args();
+  a.cache_seqlens.reset();
+  a.k_new.reset(), a.v_new.reset();
+  EXPECT_ERROR_MENTIONS(a, "page_table is set without cache_seqlens");
+  a = paged.args();
+  a.v_new.reset();
+  EXPECT_ERROR_MENTIONS(a, "k_new is set but v_new is not");
+  a = paged.args();
+  a.k_new.reset();
+  EXPECT_ERROR_MENTIONS(a, "v_new is set but k_new is not");
+  a = varlen.args();
+  a.k_new = paged.args().k_new, a.v_new = paged.args().v_new;
+  EXPECT_ERROR_MENTIONS(a, "k_new/v_new are set without cache_seqlens");
+}
+
+TEST_F(ServingValidation, PackedRanks) {
+  AttentionArgs a = varlen.args();
+  a.q = make_tensor(spare.data(), DType::kFloat16, kCpu, {1, 8, 8, 64});
+  EXPECT_ERROR_MENTIONS(a, "q must have 3 dimensions [total_q, heads_q, head_dim], got 4");
+  a = varlen.args();
+  a.k.ndim = 4, a.k.shape[3] = 1;
+  EXPECT_ERROR_MENTIONS(a, "k must have 3 dimensions [total_k, heads_kv, head_dim], got 4");
+  a = paged.args();
+  a.k = make_tensor(spare.data(), DType::kFloat16, kCpu, {64, 2, 64});
+  EXPECT_ERROR_MENTIONS(a, "k must have 4 dimensions [num_pages, page_size, heads_kv, head_dim]");
+}
+
+TEST_F(ServingValidation, IndexTensorsMustBeInt32) {
+  AttentionArgs a = varlen.args();
+  a.cu_seqlens_q->dtype = DType::kFloat16;
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_q must be int32, got fp16");
+  a = paged.args();
+  a.page_table->dtype = DType::kFloat32;
+  EXPECT_ERROR_MENTIONS(a, "page_table must be int32, got fp32");
+  a = paged.args();
+  a.cache_seqlens->dtype = DType::kBFloat16;
+  EXPECT_ERROR_MENTIONS(a, "cache_seqlens must be int32, got bf16");
+}
+
+TEST_F(ServingValidation, IndexTensorRanksStridesAndDevice) {
+  AttentionArgs a = varlen.args();
+  a.cu_seqlens_k = make_tensor(spare_ints.data(), DType::kInt32, kCpu, {2, 2});
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_k must have 1 dimensions [batch + 1], got 2");
+  a = varlen.args();
+  a.cu_seqlens_q = make_strided_tensor(spare_ints.data(), DType::kInt32, kCpu, {4}, {2});
+  EXPECT_ERROR_MENTIONS(a, "stride of last dim of cu_seqlens_q must be 1, got 2");
+  a = paged.args();
+  a.page_table->strides[1] = 2;
+  EXPECT_ERROR_MENTIONS(a, "stride of last dim of page_table must be 1, got 2");
+  a = paged.args();
+  a.cache_seqlens->device = kCuda0;
+  EXPECT_ERROR_MENTIONS(a, "cache_seqlens on cuda:0 but q on cpu");
+}
+
+TEST_F(ServingValidation, BatchSizedTensorsMustAgree) {
+  AttentionArgs a = varlen.args();
+  a.cu_seqlens_k->shape[0] = 5;
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_k has 5 entries, but batch + 1 = 4 (from cu_seqlens_q)");
+  a = paged.args();
+  a.cache_seqlens->shape[0] = 2;
+  EXPECT_ERROR_MENTIONS(a, "cache_seqlens has 2 entries, but batch = 3 (from cu_seqlens_q)");
+  a = decode.args();
+  a.page_table->shape[0] = 2;
+  EXPECT_ERROR_MENTIONS(a, "page_table has 2 entries, but batch = 3 (from cache_seqlens)");
+  a = decode.args();
+  a.q.shape[0] = a.out.shape[0] = 2;
+  EXPECT_ERROR_MENTIONS(a, "batch of q (2) does not match the batch of cache_seqlens (3)");
+  a = contiguous.args();
+  a.k.shape[0] = a.v.shape[0] = 4;
+  EXPECT_ERROR_MENTIONS(a, "batch of k (4) does not match the batch of cache_seqlens (3)");
+  a = varlen.args();
+  a.cu_seqlens_q->shape[0] = 0;
+  a.cu_seqlens_k->shape[0] = 0;
+  EXPECT_ERROR_MENTIONS(a, "cu_seqlens_q must have batch + 1 >= 1 entries, got 0");
+}
+
+TEST_F(ServingValidation, PageSizeZero) {
+  AttentionArgs a = paged.args();
+  a.k.shape[1] = a.v.shape[1] = 0;
+  EXPECT_ERROR_MENTIONS(a, "page_size=0", "[num_pages, page_size, heads_kv, head_dim]");
+}
+
+TEST_F(ServingValidation, CacheShapesMustMatch) {
+  AttentionArgs a = paged.args();
+  a.v.shape[0] -= 1;
+  EXPECT_ERROR_MENTIONS(a, "k and v must have the same shape");
+  a = paged.args();
+  a.k.shape[3] = a.v.shape[3] = 32;
+  EXPECT_ERROR_MENTIONS(a, "head_dim of q (64) does not match head_dim of k (32)");
+}
+
+TEST_F(ServingValidation, NewTokensShapesAndDtypes) {
+  AttentionArgs a = paged.args();
+  a.v_new->shape[0] -= 1;
+  EXPECT_ERROR_MENTIONS(a, "k_new and v_new must have the same shape");
+  a = paged.args();
+  a.k_new->shape[1] = a.v_new->shape[1] = 1;
+  EXPECT_ERROR_MENTIONS(a, "heads_kv of k_new (1) does not match heads_kv of the cache (2)");
+  a = paged.args();
+  a.k_new->shape[0] = a.v_new->shape[0] = 7;
+  EXPECT_ERROR_MENTIONS(a, "total_q of k_new (7) does not match total_q of q");
+  a = paged.args();
+  a.v_new->dtype = DType::kBFloat16;
+  EXPECT_ERROR_MENTIONS(a, "dtype of v_new (bf16) does not match dtype of q (fp16)");
+  a = decode.args();
+  a.k_new = make_tensor(spare.data(), DType::kFloat16, kCpu, {3 * 2 * 64});
+  EXPECT_ERROR_MENTIONS(a, "k_new must have 4 dimensions [batch, seqlen_new, heads_kv, head_dim]");
+}
+
+TEST_F(ServingValidation, NewTokensLargerThanTheCache) {
+  AttentionArgs a = decode.args();
+  // page_table width 4 (3 pages of 16 for 40 keys, and a spare column): 64 slots.
+  a.k_new = make_tensor(spare.data(), DType::kFloat16, kCpu, {3, 65, 2, 64});
+  a.v_new = make_tensor(spare.data() + 3 * 65 * 2 * 64, DType::kFloat16, kCpu, {3, 65, 2, 64});
+  ASSERT_LE(2 * 3 * 65 * 2 * 64, int(spare.size()));
+  EXPECT_ERROR_MENTIONS(a, "k_new has seqlen_new=65 new tokens per sequence",
+                        "64 slots per sequence (page_table width 4 x page_size 16)");
+}
+
+TEST_F(ServingValidation, MaxSeqlens) {
+  AttentionArgs a = varlen.args();
+  a.max_seqlen_q = 0;
+  EXPECT_ERROR_MENTIONS(a, "max_seqlen_q=0 but q has 8 packed rows");
+  a = varlen.args();
+  a.max_seqlen_k = -2;
+  EXPECT_ERROR_MENTIONS(a, "max_seqlen_k must be >= 0, got -2");
+  a = paged.args();
+  a.max_seqlen_k = 100;
+  EXPECT_ERROR_MENTIONS(a, "max_seqlen_k=100 is more than the cache holds",
+                        "64 slots per sequence (page_table width 4 x page_size 16)");
+}
+
+TEST_F(ServingValidation, PackedLseShape) {
+  AttentionArgs a = varlen.args();
+  a.lse = make_tensor(spare.data(), DType::kFloat32, kCpu, {3, 8, 5});
+  EXPECT_ERROR_MENTIONS(a, "lse must have 2 dimensions [heads_q, total_q], got 3");
+  a.lse = make_tensor(spare.data(), DType::kFloat32, kCpu, {8, 9});
+  EXPECT_ERROR_MENTIONS(a, "lse must have shape [8, 8] (heads_q, total_q), got [8, 9]");
+}
+
+TEST_F(ServingValidation, Int32QIsRejected) {
+  AttentionArgs a = varlen.args();
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) t->dtype = DType::kInt32;
+  EXPECT_ERROR_MENTIONS(a, "dtype of q must be fp16, bf16 or fp32, got int32");
+}
+
+TEST_F(ServingValidation, CuSeqlensValues) {
+  std::vector<int32_t>& cu = varlen.cu_seqlens_q();  // {0, 3, 3, 8}
+  cu = {0, 3, 2, 8};
+  EXPECT_ERROR_MENTIONS(varlen.args(), "cu_seqlens_q decreases at sequence 1",
+                        "cu_seqlens_q[1]=3 > cu_seqlens_q[2]=2");
+  cu = {-1, 3, 3, 8};
+  EXPECT_ERROR_MENTIONS(varlen.args(), "cu_seqlens_q[0]=-1 is negative");
+  cu = {0, 3, 3, 9};
+  EXPECT_ERROR_MENTIONS(varlen.args(), "cu_seqlens_q[3]=9 is past total_q=8");
+  cu = {0, 1, 1, 8};
+  EXPECT_ERROR_MENTIONS(varlen.args(), "sequence 2 has 7 rows", "more than max_seqlen_q=5");
+  cu = {0, 3, 3, 8};
+  std::vector<int32_t>& cu_k = varlen.cu_seqlens_k();  // {0, 20, 27, 67}
+  cu_k[3] = 68;
+  EXPECT_ERROR_MENTIONS(varlen.args(), "cu_seqlens_k[3]=68 is past total_k=67");
+}
+
+TEST_F(ServingValidation, SequsedKValues) {
+  AttentionArgs a = varlen.args();
+  std::vector<int32_t> used = {20, 8, 0};
+  a.seqused_k = make_tensor(used.data(), DType::kInt32, kCpu, {3});
+  EXPECT_ERROR_MENTIONS(a, "seqused_k[1]=8 is outside [0, 7], the keys of sequence 1");
+  used[1] = -1;
+  EXPECT_ERROR_MENTIONS(a, "seqused_k[1]=-1 is outside [0, 7]");
+}
+
+TEST_F(ServingValidation, CacheSeqlensValues) {
+  std::vector<int32_t>& lengths = paged.cache_seqlens();  // {17, 7, 35}, new {3, 0, 5}
+  lengths[2] = 60;
+  EXPECT_ERROR_MENTIONS(paged.args(), "cache_seqlens[2]=60 plus 5 new tokens is more than the "
+                        "cache's 64 slots per sequence (page_table width 4 x page_size 16)");
+  lengths[2] = -4;
+  EXPECT_ERROR_MENTIONS(paged.args(), "cache_seqlens[2]=-4 is negative");
+  std::vector<int32_t>& contiguous_lengths = contiguous.cache_seqlens();  // capacity 45
+  contiguous_lengths[0] = 46;
+  EXPECT_ERROR_MENTIONS(contiguous.args(), "cache_seqlens[0]=46 is more than the cache's 45 "
+                        "slots per sequence");
+}
+
+TEST_F(ServingValidation, PageIndicesInRangeForEveryUsedSlot) {
+  std::vector<int32_t>& table = paged.page_table();  // width 4; sequence 2 uses 3 pages
+  const int width = paged.table_width();
+  table[2 * width + 2] = 1000;
+  const std::string pages = "the cache has " + std::to_string(paged.num_pages()) + " pages";
+  EXPECT_ERROR_MENTIONS(paged.args(), "page_table[2][2]=1000 is out of range", pages.c_str());
+  table[2 * width + 2] = -1;
+  EXPECT_ERROR_MENTIONS(paged.args(), "page_table[2][2]=-1 is out of range");
+  table[2 * width + 2] = 0;
+  table[2 * width + 3] = 1000;  // past the 40 tokens of sequence 2: never read, not checked
+  EXPECT_EQ(error_of(paged.args()), "");
+}
+
+TEST_F(ServingValidation, OverlapsWithNewTokensAndTheCache) {
+  AttentionArgs a = paged.args();
+  a.k_new->data = a.k.data;
+  EXPECT_ERROR_MENTIONS(a, "k_new overlaps k", "must not alias the cache");
+  a = paged.args();
+  a.out.data = a.v_new->data;
+  EXPECT_ERROR_MENTIONS(a, "out overlaps v_new");
+  a = varlen.args();
+  a.lse.reset();
+  a.out.data = spare.data();  // out's 8 rows, with cu_seqlens_q inside them
+  std::memcpy(spare.data() + 64, varlen.cu_seqlens_q().data(), 4 * sizeof(int32_t));
+  a.cu_seqlens_q->data = spare.data() + 64;
+  EXPECT_ERROR_MENTIONS(a, "out overlaps cu_seqlens_q");
+}
+
+TEST_F(ServingValidation, ParamsOfEachLayout) {
+  detail::AttentionParams v = detail::validate_common(varlen.args());
+  EXPECT_EQ(v.batch, 3);
+  EXPECT_EQ(v.seqlen_q, 5);   // max_seqlen_q
+  EXPECT_EQ(v.seqlen_k, 40);  // max_seqlen_k
+  EXPECT_EQ(v.total_q, 8);
+  EXPECT_EQ(v.total_k, 67);
+  EXPECT_EQ(v.q_batch_stride, 0);
+  EXPECT_EQ(v.q_row_stride, 8 * 64);
+  EXPECT_EQ(v.lse_head_stride, 8);
+  EXPECT_EQ(v.seqlen_q_of(2), 5);
+  EXPECT_EQ(v.seqlen_k_of(1), 7);
+  EXPECT_FALSE(v.is_dense());
+
+  detail::AttentionParams p = detail::validate_common(paged.args());
+  EXPECT_EQ(p.page_size, 16);
+  EXPECT_EQ(p.num_pages, paged.num_pages());
+  EXPECT_EQ(p.page_table_stride, 4);
+  EXPECT_EQ(p.seqlen_k, 64);  // capacity: width 4 x page 16
+  EXPECT_TRUE(p.appends_packed);
+  EXPECT_EQ(p.seqlen_k_of(0), 20);  // 17 cached + 3 new
+  EXPECT_EQ(p.causal_offset(0), 17);
+
+  detail::AttentionParams d = detail::validate_common(decode.args());
+  EXPECT_EQ(d.seqlen_new, 1);
+  EXPECT_FALSE(d.appends_packed);
+  EXPECT_FALSE(d.causal);  // one query row sees every key
+  EXPECT_EQ(d.seqlen_k_of(2), 40);
+}
+
+TEST_F(ServingValidation, Sm90RefusesServingLayoutsInOnePlace) {
+  detail::AttentionParams p = detail::validate_common(paged.args());
+  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM90, p),
+            "sm90 does not run varlen/paged calls yet");
+  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM80, p), "");
+  EXPECT_EQ(detail::layout_name(p), "paged kv cache (packed q) + append");
+  EXPECT_EQ(detail::layout_name(detail::validate_common(varlen.args())), "varlen");
+  EXPECT_EQ(detail::layout_name(detail::validate_common(contiguous.args())),
+            "kv cache (packed q)");
+}
+
+TEST_F(ServingValidation, CudaIndexValuesAreReadOnlyWhenAsked) {
+  AttentionArgs a = paged.args();
+  EXPECT_TRUE(detail::index_values_checked(a));  // host tensors: always
+  a.q.device = kCuda0;
+  EXPECT_FALSE(detail::index_values_checked(a));
+  a.check_indices = true;
+  EXPECT_TRUE(detail::index_values_checked(a));
+  a.check_indices = false;
+  setenv("FLASHCORE_CHECK_INDICES", "1", 1);
+  EXPECT_TRUE(detail::index_values_checked(a));
+  unsetenv("FLASHCORE_CHECK_INDICES");
+}
+
+TEST_F(ServingValidation, WorkspaceOfServingCallsIsTheTileCounters) {
+  AttentionArgs a = paged.args();
+  EXPECT_EQ(attention_workspace_bytes(a), 0u);
+  for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) t->device = kCuda0;
+  EXPECT_EQ(attention_workspace_bytes(a), 8u);
 }
 
 }  // namespace
