@@ -8,7 +8,7 @@
 //   for f in testing/accuracy cpu/reference api/tensor; do
 //     g++ -std=c++17 -O2 -I include -I src -c src/$f.cpp -o /tmp/$(basename $f).o; done
 //   g++ -std=c++17 -O1 -g -fsanitize=address -mfma -ffp-contract=fast -pthread \
-//       -include dev/sm80/emu/emu_runtime.h -I dev/sm80/emu -I include -I src -I tests/cpp \
+//       -include dev/sm80/emu/emu_runtime.h -I dev/sm80/emu -I include -I src -I tests/cpp -I dev/sm80 \
 //       dev/sm80/emu_serving_check.cpp /tmp/accuracy.o /tmp/reference.o /tmp/tensor.o \
 //       -o /tmp/emu_serving && /tmp/emu_serving [case]
 #include <cstdio>
@@ -17,6 +17,7 @@
 
 #include "cuda/sm80/forward_kernel.cuh"
 #include "serving_problem.h"
+#include "serving_params.h"
 
 using flashcore::DType;
 using flashcore::detail::AttentionParams;
@@ -64,50 +65,10 @@ void dispatch(const AttentionParams& p) {
   std::abort();
 }
 
-// AttentionParams of the problem, as src/api's validation fills them (flashcore.h contract).
-AttentionParams serving_params(ServingProblem& sp) {
-  const ServingCase& c = sp.c;
-  AttentionParams p;
-  p.dtype = c.dtype, p.batch = c.batch(), p.heads_q = c.heads_q, p.heads_kv = c.heads_kv;
-  p.head_dim = c.head_dim, p.causal = c.causal;
-  p.set_softmax_scale(1.0f / std::sqrt(float(c.head_dim)));
-  const int64_t d = c.head_dim;
-  p.q = sp.q.bytes.data(), p.out = sp.out.bytes.data();
-  p.lse = reinterpret_cast<float*>(sp.lse.bytes.data());
-  p.q_row_stride = p.o_row_stride = c.heads_q * d, p.q_head_stride = p.o_head_stride = d;
-  p.seqlen_q = sp.max_seqlen_q, p.seqlen_k = sp.max_seqlen_k;
-  if (sp.q.shape.size() == 3) {
-    p.cu_seqlens_q = sp.cu_seqlens_q.data(), p.total_q = int(sp.q.shape[0]);
-    p.lse_head_stride = p.total_q;
-  } else {
-    p.q_batch_stride = p.o_batch_stride = sp.max_seqlen_q * p.q_row_stride;
-    p.lse_head_stride = sp.max_seqlen_q, p.lse_batch_stride = c.heads_q * p.lse_head_stride;
-  }
-  const bool appended = c.append;  // the emulator reads the cache as the append leaves it
-  p.k = (appended ? sp.expected_k_cache : sp.k).bytes.data();
-  p.v = (appended ? sp.expected_v_cache : sp.v).bytes.data();
-  p.k_row_stride = p.v_row_stride = c.heads_kv * d, p.k_head_stride = p.v_head_stride = d;
-  p.k_batch_stride = p.v_batch_stride = sp.k.shape.size() == 4 ? sp.k.shape[1] * p.k_row_stride : 0;
-  if (c.layout == ServingLayout::kVarlen) {
-    p.cu_seqlens_k = sp.cu_seqlens_k.data(), p.total_k = int(sp.k.shape[0]);
-    if (c.seqused) p.seqused_k = sp.seqused_k.data();
-  } else {
-    p.seqused_k = sp.cache_seqlens.data();
-    if (c.append) {
-      p.appends_packed = c.packed_q;
-      p.seqlen_new = c.packed_q ? 0 : c.seqlen_new;
-    }
-  }
-  if (c.layout == ServingLayout::kPagedCache) {
-    p.page_table = sp.page_table.data(), p.page_table_stride = sp.page_table_width;
-    p.page_size = c.page_size, p.num_pages = int(sp.k.shape[0]);
-  }
-  return p;
-}
-
 bool run_case(const ServingCase& c, uint64_t seed) {
   ServingProblem sp = flashcore::test::make_serving_problem(c, seed);
-  AttentionParams p = serving_params(sp);
+  // The emulator reads the cache as the append leaves it (the append kernel is CUDA only).
+  AttentionParams p = flashcore::test::serving_params(sp, sp.c.append);
   if (p.page_table != nullptr) {
     dispatch<true>(p);
   } else {

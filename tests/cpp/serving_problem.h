@@ -274,4 +274,63 @@ inline std::vector<float> sequence_lse(const ServingProblem& p, const std::vecto
   return seq;
 }
 
+// "" when the downloaded cache equals the expected one, else where it first differs.
+inline std::string cache_mismatch(const char* name, const std::vector<uint8_t>& got,
+                                  const HostView& want, const ServingCase& c) {
+  const size_t row_bytes = size_t(c.heads_kv) * c.head_dim * dtype_size(c.dtype);
+  if (got.size() != want.bytes.size()) return std::string(name) + " cache size differs";
+  for (size_t row = 0; row * row_bytes < want.bytes.size(); ++row) {
+    if (std::memcmp(got.data() + row * row_bytes, want.bytes.data() + row * row_bytes,
+                    row_bytes) != 0) {
+      return std::string(name) + " cache row " + std::to_string(row) +
+             " (flattened over pages/sequences) differs from the expected append";
+    }
+  }
+  return "";
+}
+
+struct ServingVerdict {
+  bool pass = true;
+  std::string failures;  // one line per failing sequence or cache
+  std::string closest;   // the passing sequence nearest its tolerance
+};
+
+// Checks the outputs of a run (host copies) per sequence against the float64 oracle on up to
+// max_rows rows of each (every `stride`-th sequence, and the last), and with appends the caches.
+inline ServingVerdict check_serving_outputs(const ServingProblem& p,
+                                            const std::vector<uint8_t>& out,
+                                            const std::vector<float>& lse,
+                                            const std::vector<uint8_t>* k_cache,
+                                            const std::vector<uint8_t>* v_cache, int max_rows,
+                                            int stride = 1) {
+  const ServingCase& c = p.c;
+  ServingVerdict verdict;
+  double closest_ratio = -1;
+  for (int b = 0; b < c.batch(); ++b) {
+    if (b % stride != 0 && b != c.batch() - 1) continue;
+    const std::vector<uint8_t> seq_out = sequence_out(p, out, b);
+    const std::vector<float> seq_lse = sequence_lse(p, lse, b);
+    const testing::AccuracyReport report =
+        testing::check_accuracy(p.shapes[b], p.inputs[b], seq_out.data(), seq_lse.data(),
+                                testing::sample_rows(c.seqlens_q[b], max_rows));
+    const double ratio = report.tol_out > 0 ? report.max_err_out / report.tol_out : 0;
+    if (report.pass && ratio > closest_ratio) {
+      closest_ratio = ratio;
+      verdict.closest = "sequence " + std::to_string(b) + " " + report.summary();
+    }
+    if (!report.pass) {
+      verdict.pass = false;
+      verdict.failures += "\n  sequence " + std::to_string(b) + " (" + p.shapes[b].describe() +
+                          "): " + report.summary();
+    }
+  }
+  if (c.append && k_cache != nullptr && v_cache != nullptr) {
+    for (const std::string& mismatch : {cache_mismatch("k", *k_cache, p.expected_k_cache, c),
+                                        cache_mismatch("v", *v_cache, p.expected_v_cache, c)}) {
+      if (!mismatch.empty()) verdict.pass = false, verdict.failures += "\n  " + mismatch;
+    }
+  }
+  return verdict;
+}
+
 }  // namespace flashcore::test

@@ -19,6 +19,7 @@
 
 #include "api/kernel_registry.h"
 #include "gpu_runner.h"
+#include "serving_cases.h"
 #include "serving_problem.h"
 
 namespace flashcore::test {
@@ -116,20 +117,6 @@ std::vector<T> download(const DeviceBuffer& buffer) {
   return host;
 }
 
-// "" when the downloaded cache equals the expected one, else where it first differs.
-std::string cache_mismatch(const char* name, const std::vector<uint8_t>& got,
-                           const HostView& want, const ServingCase& c) {
-  const size_t row_bytes = size_t(c.heads_kv) * c.head_dim * dtype_size(c.dtype);
-  for (size_t row = 0; row * row_bytes < want.bytes.size(); ++row) {
-    if (std::memcmp(got.data() + row * row_bytes, want.bytes.data() + row * row_bytes,
-                    row_bytes) != 0) {
-      return std::string(name) + " cache row " + std::to_string(row) +
-             " (flattened over pages/sequences) differs from the expected append";
-    }
-  }
-  return "";
-}
-
 // Runs the case on `backend` and checks every sequence (or every `stride`-th, and the last).
 void run_and_check(Backend backend, const ServingCase& c, int stride = 1) {
   std::string reason = skip_reason(backend, c);
@@ -147,117 +134,16 @@ void run_and_check(Backend backend, const ServingCase& c, int stride = 1) {
     FAIL() << c.describe() << ": " << error.what();
   }
   GPU_TEST_CHECK(cudaDeviceSynchronize());
-  const std::vector<uint8_t> out = download<uint8_t>(*device.out);
-  const std::vector<float> lse = download<float>(*device.lse);
-
-  bool pass = true;
-  std::string failures;
-  std::string closest;  // the passing sequence nearest its tolerance
-  double closest_ratio = -1;
-  for (int b = 0; b < c.batch(); ++b) {
-    if (b % stride != 0 && b != c.batch() - 1) continue;
-    const std::vector<uint8_t> seq_out = sequence_out(p, out, b);
-    const std::vector<float> seq_lse = sequence_lse(p, lse, b);
-    const testing::AccuracyReport report = testing::check_accuracy(
-        p.shapes[b], p.inputs[b], seq_out.data(), seq_lse.data(),
-        testing::sample_rows(c.seqlens_q[b], kMaxCheckedRows));
-    const double ratio = report.tol_out > 0 ? report.max_err_out / report.tol_out : 0;
-    if (report.pass && ratio > closest_ratio) {
-      closest_ratio = ratio;
-      closest = "sequence " + std::to_string(b) + " " + report.summary();
-    }
-    if (!report.pass) {
-      pass = false;
-      failures += "\n  sequence " + std::to_string(b) + " (" + p.shapes[b].describe() + "): " +
-                  report.summary();
-    }
-  }
-  if (c.append) {
-    for (const std::string& mismatch :
-         {cache_mismatch("k", download<uint8_t>(*device.k), p.expected_k_cache, c),
-          cache_mismatch("v", download<uint8_t>(*device.v), p.expected_v_cache, c)}) {
-      if (!mismatch.empty()) pass = false, failures += "\n  " + mismatch;
-    }
-  }
-  const std::string detail = pass ? "; closest to tolerance: " + closest : failures;
+  std::vector<uint8_t> k_cache, v_cache;
+  if (c.append) k_cache = download<uint8_t>(*device.k), v_cache = download<uint8_t>(*device.v);
+  const ServingVerdict verdict =
+      check_serving_outputs(p, download<uint8_t>(*device.out), download<float>(*device.lse),
+                            &k_cache, &v_cache, kMaxCheckedRows, stride);
+  const std::string detail =
+      verdict.pass ? "; closest to tolerance: " + verdict.closest : verdict.failures;
   std::printf("[%s] %s: %s%s\n", to_string(backend), c.describe().c_str(),
-              pass ? "PASS" : "FAIL", detail.c_str());
-  EXPECT_TRUE(pass) << c.describe() << failures;
-}
-
-// --- the cases ---
-
-ServingCase make_case(ServingLayout layout, std::vector<int> q, std::vector<int> k, int hq,
-                      int hkv, int d, DType dtype, bool causal) {
-  ServingCase c;
-  c.layout = layout, c.seqlens_q = std::move(q), c.seqlens_k = std::move(k);
-  c.heads_q = hq, c.heads_kv = hkv, c.head_dim = d, c.dtype = dtype, c.causal = causal;
-  return c;
-}
-
-// GQA 1, 4 and 8 across head dims 64, 128 and 256 and both dtypes, each case both masks.
-struct HeadConfig {
-  int heads_q, heads_kv, head_dim;
-  DType dtype;
-};
-constexpr HeadConfig kHeadConfigs[] = {{4, 4, 64, DType::kFloat16},
-                                       {8, 2, 128, DType::kBFloat16},
-                                       {8, 1, 256, DType::kFloat16}};
-
-std::vector<ServingCase> case_list() {
-  std::vector<ServingCase> cases;
-  const auto add = [&](ServingCase c) { cases.push_back(std::move(c)); };
-  constexpr auto kVarlen = ServingLayout::kVarlen;
-  constexpr auto kCache = ServingLayout::kContiguousCache;
-  constexpr auto kPaged = ServingLayout::kPagedCache;
-  for (bool causal : {false, true}) {
-    for (const HeadConfig& h : kHeadConfigs) {
-      // Ragged prefill: every tail length, a 0-length query with keys, q shorter and longer
-      // than k (causal rows with no visible key).
-      add(make_case(kVarlen, {1, 17, 64, 65, 1000, 0, 4097, 65, 17},
-                    {1, 17, 64, 65, 1000, 33, 4097, 17, 200}, h.heads_q, h.heads_kv, h.head_dim,
-                    h.dtype, causal));
-      // Chunked prefill against a paged cache: packed q, its tokens appended.
-      for (int page : {1, 16, 64, 256}) {
-        ServingCase c = make_case(kPaged, {17, 0, 65, 1, 64}, {17 + 100, 5, 65, 4097, 64 + 300},
-                                  h.heads_q, h.heads_kv, h.head_dim, h.dtype, causal);
-        c.page_size = page, c.append = true;
-        add(c);
-      }
-    }
-    // Decode on a paged cache, every page size, dense q of one row: with the step's token
-    // appended, and without (then a sequence with an empty cache too: out 0, lse -inf).
-    for (int page : {1, 16, 64, 256}) {
-      for (bool append : {false, true}) {
-        ServingCase c = make_case(kPaged, {1, 1, 1, 1, 1, 1, 1},
-                                  {1, 17, 64, 65, 1000, 4097, append ? 2 : 0}, 8, 2, 128,
-                                  page == 16 ? DType::kFloat16 : DType::kBFloat16, causal);
-        c.packed_q = false, c.page_size = page, c.append = append, c.seqlen_new = 1;
-        add(c);
-      }
-    }
-    // Speculative decoding: 4 dense query rows, 4 appended tokens, odd page size.
-    ServingCase spec = make_case(kPaged, {4, 4, 4}, {4, 70, 1000}, 8, 1, 128, DType::kBFloat16,
-                                 causal);
-    spec.packed_q = false, spec.page_size = 7, spec.append = true, spec.seqlen_new = 4;
-    add(spec);
-    // Contiguous caches: decode with append, chunked prefill with append, no append.
-    ServingCase decode = make_case(kCache, {1, 1, 1}, {1, 65, 4097}, 8, 2, 128, DType::kFloat16,
-                                   causal);
-    decode.packed_q = false, decode.append = true, decode.seqlen_new = 1;
-    add(decode);
-    ServingCase chunk = make_case(kCache, {65, 0, 17}, {1000, 9, 17}, 4, 1, 64, DType::kBFloat16,
-                                  causal);
-    chunk.append = true;
-    add(chunk);
-    add(make_case(kCache, {17, 1, 3}, {17, 4097, 0}, 8, 8, 256, DType::kBFloat16, causal));
-    // Varlen with seqused_k shorter than each sequence's rows (NaN past it).
-    ServingCase used = make_case(kVarlen, {65, 1, 0, 300}, {65, 1000, 7, 129}, 8, 2, 128,
-                                 DType::kFloat16, causal);
-    used.seqused = true;
-    add(used);
-  }
-  return cases;
+              verdict.pass ? "PASS" : "FAIL", detail.c_str());
+  EXPECT_TRUE(verdict.pass) << c.describe() << verdict.failures;
 }
 
 using ServingParam = std::tuple<Backend, ServingCase>;
@@ -282,7 +168,7 @@ std::string param_name(const ::testing::TestParamInfo<ServingParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuServing,
                          ::testing::Combine(::testing::Values(Backend::kSM80, Backend::kSM90),
-                                            ::testing::ValuesIn(case_list())),
+                                            ::testing::ValuesIn(serving_case_list())),
                          param_name);
 
 class GpuServingBackend : public ::testing::TestWithParam<Backend> {};
