@@ -208,3 +208,15 @@ def test_errors_name_the_callers_arguments(device):
         call(page_table=bad, check_indices=True)
     with pytest.raises(NotImplementedError, match="FlashCore has no backward kernel yet"):
         call(k=k.clone().requires_grad_(True))
+
+
+def test_out_on_the_host_and_a_contiguous_cache():
+    cache = Cache("cpu", torch.float32, [7, 0], 16)
+    q = _new("cpu", torch.float32, (2, 3, HEADS_Q, HEAD_DIM), 1)
+    out = torch.full_like(q, float("nan"))
+    result = flashcore.attention_with_kvcache(q, cache.k, cache.v, cache.seqlens, causal=False,
+                                              out=out)
+    assert result is out
+    keys, values = cache.read(0, 7)
+    check_accuracy("out= contiguous", out[:1], None, q[:1], keys[None], values[None])
+    assert torch.all(out[1] == 0)  # an empty cache: no key, out 0

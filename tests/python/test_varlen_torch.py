@@ -134,3 +134,27 @@ def test_errors_and_backward(device):
     out = flashcore.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True)
     with pytest.raises(NotImplementedError, match="FlashCore has no backward kernel yet"):
         out.float().sum().backward()
+
+
+def test_out_and_stream_on_the_host():
+    q, k, v, cu_q, cu_k, max_q, max_k = _batch("cpu", torch.float32, [3, 4], [5, 6], head_dim=64)
+    out = torch.full_like(q, float("nan"))
+    result, lse = flashcore.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=True,
+                                             out=out, return_lse=True)
+    assert result is out
+    check_varlen("out=", out, lse, q, k, v, cu_q, cu_k, True)
+    with pytest.raises(flashcore.FlashCoreError, match="stream must be None for host"):
+        flashcore.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, stream=0)
+
+
+def test_symbolic_lengths_under_dynamic_compile():
+    """max_seqlen from q's shape stays symbolic under dynamic=True: no specialization error."""
+    q, k, v, cu_q, cu_k, _, _ = _batch("cpu", torch.float32, [3, 4], [3, 4], head_dim=64)
+
+    def block(q, k, v, cu_q, cu_k):
+        return flashcore.attention_varlen(q, k, v, cu_q, cu_k, q.shape[0], k.shape[0],
+                                          causal=True)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(q, k, v, cu_q, cu_k), block(q, k, v, cu_q, cu_k))
