@@ -7,6 +7,7 @@ seconds of imports), each joins a gloo group through a file store, and an assert
 any of them fails the test with its traceback."""
 
 import datetime
+import json
 import math
 import os
 import pathlib
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with gloo is not available")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+BENCH = REPO / "examples" / "python" / "ring_attention_bench.py"
 PROCESS_TIMEOUT_S = 60  # a hang (a mismatched transfer) fails the test instead of CI
 GLOO_TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -268,3 +270,26 @@ def test_inputs_that_require_grad_pass_without_grad_mode():
     with torch.no_grad():
         with pytest.raises(FlashCoreError, match="needs torch.distributed initialized"):
             fd.ring_attention(*_qkv(requires_grad=True))  # past the grad check
+
+
+def test_bench_smoke_run_on_cpu(tmp_path):
+    """examples/python/ring_attention_bench.py end to end with torchrun, 2 gloo ranks."""
+    pytest.importorskip("torch.distributed.run")
+    out = tmp_path / "ring.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         str(BENCH), "--device", "cpu",
+         "--seqlen", "64", "--heads", "4", "2", "--head-dim", "64", "--masks", "causal,full",
+         "--warmup", "1", "--iters", "2", "--json", str(out)],
+        capture_output=True, text=True, timeout=240, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["causal"] for r in report["results"]] == [True, False]
+    assert all(r["check"]["pass"] for r in report["results"]), report["results"]
+    assert report["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    assert "scaling efficiency" in result.stdout
+    summary = subprocess.run([sys.executable, str(BENCH), "--summary", str(out)],
+                             capture_output=True, text=True, timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    assert "| 2 | 64 | causal zigzag | pass |" in summary.stdout
