@@ -292,4 +292,4 @@ def test_bench_smoke_run_on_cpu(tmp_path):
     summary = subprocess.run([sys.executable, str(BENCH), "--summary", str(out)],
                              capture_output=True, text=True, timeout=60)
     assert summary.returncode == 0, summary.stderr
-    assert "| 2 | 64 | causal zigzag | pass |" in summary.stdout
+    assert "| 2 | 64 | 4/2 d64 bf16 | causal zigzag | pass |" in summary.stdout

@@ -6,18 +6,20 @@
 #   bash tools/device/ring.sh                    # OUT=results/ring
 #   SKIP_BUILD=1 OUT=/somewhere bash tools/device/ring.sh
 #
-# Runs (batch 1, 32/8 heads, d128, bf16; causal runs in the zigzag layout):
+# Runs (batch 1, 32/8 heads, d128, bf16 unless said; causal runs in the zigzag layout):
 #   w2        2 GPUs: 32k, 64k and 128k tokens, causal and non-causal (the check, and the 64k
 #             causal scaling target)
+#   w2_dims   2 GPUs: 16k tokens, head_dim 64 and 256, fp16 and bf16, causal and non-causal
+#             (the check at the other head dims and dtypes; short timings)
 #   w4        4 GPUs: 32k and 128k, causal and non-causal (the 128k causal scaling target)
 #   w4_512k   4 GPUs: 512k causal, fewer iterations (the single-GPU run on the whole sequence
 #             takes seconds a call)
 # NVLink multicast stays off on the shared machines: NCCL_NVLS_ENABLE=0 and
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are exported for every launch (the bench sets them too).
 #
-# Environment: OUT, BUILD_DIR (default build-ring), ARCHS (default 90a), HEAD_DIMS (default 128)
-# and DTYPES (default bf16: only the kernels the runs use, for a short build), JOBS, PYTHON,
-# SKIP_BUILD=1, RUNS (default "w2 w4 w4_512k"; w4 runs are skipped with fewer than 4 GPUs),
+# Environment: OUT, BUILD_DIR (default build-ring), ARCHS (default 90a), HEAD_DIMS and DTYPES
+# (default: the project's, all of them), JOBS, PYTHON, SKIP_BUILD=1, RUNS (default
+# "w2 w2_dims w4 w4_512k"; w4 runs are skipped with fewer than 4 GPUs),
 # BENCH_ARGS (extra bench flags for every run), FLASHCORE_COMMIT (the tree has no .git there).
 # Exit code: 0 when every run passed its checks.
 set -uo pipefail
@@ -30,11 +32,11 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 BUILD_DIR=${BUILD_DIR:-build-ring}
 ARCHS=${ARCHS:-90a}
-HEAD_DIMS=${HEAD_DIMS:-128}
-DTYPES=${DTYPES:-bf16}
+HEAD_DIMS=${HEAD_DIMS:-"64;96;128;256"}
+DTYPES=${DTYPES:-"fp16;bf16"}
 JOBS=${JOBS:-$(nproc)}
 PYTHON=${PYTHON:-python3}
-RUNS=${RUNS:-w2 w4 w4_512k}
+RUNS=${RUNS:-w2 w2_dims w4 w4_512k}
 BENCH=examples/python/ring_attention_bench.py
 export FLASHCORE_COMMIT=${FLASHCORE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 case $BUILD_DIR in /*) ;; *) BUILD_DIR=$PWD/$BUILD_DIR ;; esac
@@ -98,10 +100,12 @@ bench() {  # bench NAME GPUS TIMEOUT_S FLAGS...
 for run in $RUNS; do
   case $run in
     w2) bench w2 2 300 --seqlen 32768 65536 131072 --masks causal,full ;;
+    w2_dims) bench w2_dims 2 180 --seqlen 16384 --head-dim 64 256 --dtype fp16 bf16 \
+      --masks causal,full --warmup 1 --iters 3 --single-iters 2 ;;
     w4) bench w4 4 300 --seqlen 32768 131072 --masks causal,full ;;
     w4_512k) bench w4_512k 4 420 --seqlen 524288 --masks causal --warmup 1 --iters 3 \
       --single-iters 2 ;;
-    *) echo "ring.sh: unknown run '$run' (w2, w4, w4_512k)" >&2; exit 2 ;;
+    *) echo "ring.sh: unknown run '$run' (w2, w2_dims, w4, w4_512k)" >&2; exit 2 ;;
   esac
 done
 
