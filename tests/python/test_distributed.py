@@ -34,9 +34,13 @@ PROCESS_TIMEOUT_S = 60  # a hang (a mismatched transfer) fails the test instead 
 GLOO_TIMEOUT = datetime.timedelta(seconds=30)
 
 
-def _worker(rank, world, store, fn, args):
+def _worker(rank, world, store, fn, args, backend="gloo"):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+    if backend == "nccl":  # NVLink multicast stays off on the shared machines
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=GLOO_TIMEOUT)
     try:
         fn(rank, world, *args)
@@ -44,11 +48,13 @@ def _worker(rank, world, store, fn, args):
         dist.destroy_process_group()
 
 
-def run_ranks(tmp_path, world, fn, *args):
-    """Runs fn(rank, world, *args) in `world` forked processes of one gloo group."""
+def run_ranks(tmp_path, world, fn, *args, backend="gloo"):
+    """Runs fn(rank, world, *args) in `world` processes of one group: forked for gloo, spawned
+    for NCCL (a forked child cannot use CUDA once the parent has)."""
     store = tmp_path / f"store-{world}"
-    context = torch_mp.start_processes(_worker, args=(world, str(store), fn, args), nprocs=world,
-                                       join=False, start_method="fork")
+    context = torch_mp.start_processes(
+        _worker, args=(world, str(store), fn, args, backend), nprocs=world, join=False,
+        start_method="fork" if backend == "gloo" else "spawn")
     deadline = datetime.datetime.now() + datetime.timedelta(seconds=PROCESS_TIMEOUT_S)
     try:
         while not context.join(timeout=1):
@@ -75,10 +81,17 @@ CASES = {
     "full-zigzag-d64-fp32-scale": (2, 3, 2, 2, 64, "fp32", False, "zigzag", {"scale": 0.3}),
     "full-contiguous-q-shorter-than-k": (1, 8, 2, 2, 64, "fp32", False, "contiguous",
                                          {"q_chunk": 3}),
+    # GPU only (the CPU backend would take seconds): kernel tiles with tails
+    "causal-zigzag-gqa4-d256-bf16-long": (1, 1000, 8, 2, 256, "bf16", True, "zigzag",
+                                          {"gpu": True}),
+    "full-contiguous-gqa4-d128-fp16-long": (1, 1000, 8, 2, 128, "fp16", False, "contiguous",
+                                            {"gpu": True}),
 }
+CPU_CASES = sorted(c for c in CASES if not CASES[c][8].get("gpu"))
+GPU_CASES = sorted(c for c in CASES if CASES[c][5] != "fp32")
 
 
-def _inputs(case, world, seed=0):
+def _inputs(case, world, seed=0, device="cpu"):
     batch, chunk, heads_q, heads_kv, head_dim, dtype, causal, layout, extra = CASES[case]
     chunks = 2 * world if layout == "zigzag" else world
     seqlen_k = chunk * chunks
@@ -88,15 +101,16 @@ def _inputs(case, world, seed=0):
 
     def draw(seqlen, heads):
         values = torch.randn(batch, seqlen, heads, head_dim, generator=generator) * std
-        return values.to(DTYPES[dtype])
+        return values.to(device=device, dtype=DTYPES[dtype])
 
     return draw(seqlen_q, heads_q), draw(seqlen_k, heads_kv), draw(seqlen_k, heads_kv)
 
 
-def _ring_case(rank, world, case):
+def _ring_case(rank, world, case, device="cpu"):
     causal, layout, extra = CASES[case][6], CASES[case][7], CASES[case][8]
     scale = extra.get("scale")
-    q, k, v = _inputs(case, world)
+    q, k, v = _inputs(case, world, device=torch.device("cuda", rank) if device == "cuda"
+                      else device)
     shard, unshard = SHARD[layout]
     out, lse = fd.ring_attention(shard(q), shard(k), shard(v), causal=causal, layout=layout,
                                  softmax_scale=scale, return_lse=True)
@@ -108,7 +122,7 @@ def _ring_case(rank, world, case):
                                                  return_lse=True)
     ref = reference(q, k, v, causal, scale)
     base = baseline(q, k, v, causal, scale)
-    as_numpy = (lambda t: t.double().numpy())
+    as_numpy = (lambda t: t.double().cpu().numpy())
     name = f"{case} over {world} ranks"
     assert_within_rule(name + " (single process)", as_numpy(single_out), as_numpy(single_lse),
                        tuple(map(as_numpy, ref)), tuple(map(as_numpy, base)))
@@ -117,9 +131,18 @@ def _ring_case(rank, world, case):
 
 
 @pytest.mark.parametrize("world", [2, 3])
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", CPU_CASES)
 def test_ring_attention_matches_one_process(tmp_path, case, world):
     run_ranks(tmp_path, world, _ring_case, case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_ring_attention_over_nccl_matches_one_gpu(tmp_path, case):
+    """2 GPUs over NCCL (skips with fewer): the same check on the GPU kernels."""
+    if torch.cuda.device_count() < 2 or not dist.is_nccl_available():
+        pytest.skip(f"needs 2 GPUs and NCCL, found {torch.cuda.device_count()} GPUs")
+    run_ranks(tmp_path, 2, _ring_case, case, "cuda", backend="nccl")
 
 
 def _helpers_case(rank, world):
@@ -179,6 +202,21 @@ def test_merge_of_split_keys_equals_one_call():
     out, lse = fd.merge_partials([p[0] for p in parts], [p[1] for p in parts])
     torch.testing.assert_close(out, whole, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(lse, whole_lse, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.gpu
+def test_merge_on_the_gpu_passes_the_rule():
+    """bf16 partial outputs from the GPU kernels, merged on the GPU (mixed-dtype addcmul)."""
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v = (torch.randn(1, seqlen, heads, 128, generator=generator, device="cuda")
+               .to(torch.bfloat16) for seqlen, heads in ((300, 8), (1000, 2), (1000, 2)))
+    parts = [flashcore.attention(q, k[:, s], v[:, s], return_lse=True)
+             for s in (slice(0, 129), slice(129, 1000))]
+    out, lse = fd.merge_partials([p[0] for p in parts], [p[1] for p in parts])
+    as_numpy = (lambda t: t.double().cpu().numpy())
+    assert_within_rule("merge of 2 parts", as_numpy(out), as_numpy(lse),
+                       tuple(map(as_numpy, reference(q, k, v))),
+                       tuple(map(as_numpy, baseline(q, k, v))))
 
 
 def test_merge_of_parts_that_saw_no_key_is_zero_and_minus_inf():
