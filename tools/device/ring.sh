@@ -18,7 +18,8 @@
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are exported for every launch (the bench sets them too).
 #
 # Environment: OUT, BUILD_DIR (default build-ring), ARCHS (default 90a), HEAD_DIMS and DTYPES
-# (default: the project's, all of them), JOBS, PYTHON, SKIP_BUILD=1, RUNS (default
+# (default: the project's, all of them), JOBS, PYTHON, SKIP_BUILD=1, SKIP_TESTS=1 (no
+# pytest -m gpu of tests/python/test_distributed.py), RUNS (default
 # "w2 w2_dims w4 w4_512k"; w4 runs are skipped with fewer than 4 GPUs),
 # BENCH_ARGS (extra bench flags for every run), FLASHCORE_COMMIT (the tree has no .git there).
 # Exit code: 0 when every run passed its checks.
@@ -81,6 +82,12 @@ if [ -z "${SKIP_BUILD:-}" ]; then
     -DFLASHCORE_DTYPES="$DTYPES" -DFLASHCORE_BUILD_TESTS=OFF -DFLASHCORE_BUILD_BENCH=OFF \
     -DFLASHCORE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$PYTHON")"
   step build 480 cmake --build "$BUILD_DIR" -j "$JOBS"
+fi
+
+# The GPU tests of flashcore.distributed (NCCL on 2 GPUs, the merge on the GPU): a few seconds.
+if [ -z "${SKIP_TESTS:-}" ] && "$PYTHON" -c "import pytest" >/dev/null 2>&1; then
+  step pytest_ring 300 "$PYTHON" -m pytest -m gpu tests/python/test_distributed.py -q -rs
+  tail -n 1 "$OUT/pytest_ring.log" | sed 's/^/  /'
 fi
 
 bench() {  # bench NAME GPUS TIMEOUT_S FLAGS...
