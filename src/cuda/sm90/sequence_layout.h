@@ -107,8 +107,9 @@ struct Sm90DenseLayout {
 //     loaded and computed but never stored (o_rows_overrun: bounded stores).
 //   - Paged K/V: a block's keys come in boxes of kv_box_rows rows, the largest power of two that
 //     divides both page_size and kBlockN, so that a box never crosses a page. Slots past the
-//     sequence's keys in its last block (a page's unused tail, pages past the table's used ones)
-//     are loaded but masked in S and zeroed in V (kv_tail_may_hold_garbage).
+//     sequence's keys in its last block (a page's unused tail, pages past the table's used ones,
+//     a packed buffer's rows past the last sequence) are loaded but masked in S and zeroed in V
+//     (kv_tail_may_hold_garbage).
 struct Sm90ServingLayout {
   static constexpr bool kMayPackQ = true;
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
@@ -167,10 +168,10 @@ struct Sm90ServingLayout {
     const int block_factor = lowest_power_of_two_factor(kBlockN);
     return page_factor < block_factor ? page_factor : block_factor;
   }
-  // A cache (seqused_k: its fill) holds slots past every sequence's keys; packed K/V hold the
-  // next sequence's keys there, which are finite, or TMA's zeros past the tensor.
-  FC_HOST_DEVICE static bool kv_tail_may_hold_garbage(const AttentionParams& params) {
-    return params.seqused_k != nullptr || params.page_table != nullptr;
+  // Every serving layout can: a cache holds unused slots past each sequence's keys, and packed
+  // K/V may run on past the last sequence's (a buffer larger than cu_seqlens_k[batch]).
+  FC_HOST_DEVICE static bool kv_tail_may_hold_garbage(const AttentionParams& /*params*/) {
+    return true;
   }
   FC_HOST_DEVICE static bool o_rows_overrun(const AttentionParams& params) {
     return params.cu_seqlens_q != nullptr;
