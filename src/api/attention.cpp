@@ -54,11 +54,6 @@ void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParam
 void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
   CurrentDeviceGuard guard(p.device_index);
   attach_workspace(backend, args, p);
-  // --- kv-cache append (serving): k_new/v_new into the cache at cache_seqlens[b], on the
-  // call's stream before the kernel that reads them. The one place run_cuda appends. ---
-  if (args.k_new.has_value() && args.v_new.has_value()) {
-    append_kv_cuda(p, *args.k_new, *args.v_new);
-  }
   // seqlen_k == 0 goes to the kernels too: they visit no KV tile and write out = 0, lse = -inf
   // (asynchronous, and legal under CUDA graph capture).
   KernelLauncher launcher = find_kernel(backend, p.dtype, p.head_dim, p.causal);
@@ -69,13 +64,17 @@ void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
 }
 #endif
 
-// Writes k_new/v_new into a host cache (validation checked that they fit) before any attention
+// Writes k_new/v_new into the cache (validation checked that they fit) before any attention
 // runs, even for calls with no query row: a caller may fill a cache with seqlen_q 0. A CUDA
-// cache is appended by run_cuda, on the call's stream right before the launch that reads it.
-void run_host_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
-  if (is_cuda_backend(backend)) return;
+// cache is appended by a kernel on the call's stream, ahead of the launch that reads it.
+void run_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
   const AppendParams append = append_params(args);
-  if (append.active()) append_kv_host(p, append);
+  if (!append.active()) return;
+  if (!is_cuda_backend(backend)) return append_kv_host(p, append);
+#ifdef FLASHCORE_HAS_CUDA
+  CurrentDeviceGuard guard(p.device_index);
+  append_kv_cuda(p, append);
+#endif
 }
 
 // Nothing to compute: no batch, no head or no query row.
@@ -87,7 +86,7 @@ bool is_noop(const AttentionParams& p) { return p.batch == 0 || p.heads_q == 0 |
 Backend attention_forward(const AttentionArgs& args) {
   detail::AttentionParams params = detail::validate_common(args);
   Backend backend = detail::choose_backend(params, args);
-  detail::run_host_append(backend, args, params);
+  detail::run_append(backend, args, params);
   if (detail::is_noop(params)) return backend;
   switch (backend) {
     case Backend::kCPU: detail::run_cpu_backend(params); break;
