@@ -19,6 +19,11 @@ with the geometric mean and the lowest of each flashcore/anchor ratio over the r
   python3 bench/compare.py --grid quick --compare-backends sm80,sm90
   python3 bench/compare.py --grid tiny --device cpu --backend cpu     # no GPU needed
   python3 bench/compare.py --list --grid standard                     # configs only, no torch
+  python3 bench/compare.py --grid serving --timing graph              # varlen, paged decode
+
+--grid serving (compare_serving.py) times the serving layouts of issue 25: varlen prefill
+against FA3's flash_attn_varlen_func and FlashCore's dense kernel on equal-length batches, and
+decode over contiguous and paged caches against FlashCore's dense decode (K/V read rate, TB/s).
 
 Exit code: 0 when every flashcore result ran and passed, 1 otherwise, 2 for bad arguments.
 """
@@ -31,6 +36,7 @@ import sys
 
 import compare_grids
 import compare_report
+import compare_serving_grid
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEMM_SIZE = 8192            # BENCHMARKS.md ceiling: bf16 GEMM 8192^3
@@ -41,6 +47,7 @@ CPU_MAX_FLOPS = 2e10
 IMPLS = ("flashcore", "fa3", "cudnn", "fa2")  # --impls; the anchors (all but flashcore) need a GPU
 ANCHORS = IMPLS[1:]
 GRAPH_CALLS = 10  # --timing graph: calls captured per graph (BENCHMARKS.md: 10-50)
+ALL_GRIDS = {**compare_grids.GRIDS, **compare_serving_grid.SERVING_GRIDS}
 
 
 def parse_args(argv):
@@ -48,8 +55,8 @@ def parse_args(argv):
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="grids:\n" + "\n".join(
                                     f"  {name:9} {desc}"
-                                    for name, (desc, _) in compare_grids.GRIDS.items()))
-    p.add_argument("--grid", default="quick", choices=list(compare_grids.GRIDS))
+                                    for name, (desc, _) in ALL_GRIDS.items()))
+    p.add_argument("--grid", default="quick", choices=list(ALL_GRIDS))
     p.add_argument("--dtypes", help="comma list filter, e.g. bf16,fp16")
     p.add_argument("--head-dims", help="comma list filter, e.g. 64,128")
     p.add_argument("--seqlens", help="comma list filter, e.g. 2048,16384")
@@ -95,10 +102,18 @@ def parse_args(argv):
     dtypes = args.dtypes.split(",") if args.dtypes else None
     if dtypes and not set(dtypes) <= set(compare_grids.DTYPES):
         p.error(f"--dtypes expects bf16 and/or fp16, got {args.dtypes!r}")
-    args.configs = compare_grids.select_configs(
+    args.serving = args.grid in compare_serving_grid.SERVING_GRIDS
+    if args.serving:
+        if args.head_dims or args.seqlens or args.causal != "both":
+            p.error(f"--grid {args.grid} has fixed shapes (compare_serving_grid.py): only "
+                    "--dtypes filters it")
+        args.configs = compare_serving_grid.SERVING_GRIDS[args.grid][1](dtypes or ("bf16",))
+    else:
+        args.configs = compare_grids.select_configs(
         args.grid, dtypes,
         args.head_dims and compare_grids.parse_int_list(args.head_dims, "--head-dims"),
-        args.seqlens and compare_grids.parse_int_list(args.seqlens, "--seqlens"), args.causal)
+            args.seqlens and compare_grids.parse_int_list(args.seqlens, "--seqlens"),
+            args.causal)
     args.flashcore_backends = (args.compare_backends.split(",") if args.compare_backends
                                else [args.backend])
     return args
@@ -217,6 +232,8 @@ def main(argv):
     if import_error:
         print(f"warning: flashcore not importable ({import_error}); its columns will be n/a",
               file=sys.stderr)
+    if args.serving:
+        return run_serving(args, settings, on_gpu, module)
     flashcore_impls = ([compare_runner.FlashCoreImpl(module, b) for b in args.flashcore_backends]
                        if "flashcore" in args.impls else [])
     flashcore_names = [impl.name for impl in flashcore_impls]
@@ -276,6 +293,33 @@ def main(argv):
     print(table)
     ok = all(r["results"][n]["status"] == "ok" for r in records for n in flashcore_names)
     return 0 if ok else 1
+
+
+def run_serving(args, settings, on_gpu, module):
+    """--grid serving: compare_serving's rows; writes compare_serving.json and .md to --out."""
+    import json
+
+    import torch
+    import compare_serving
+    records, table = compare_serving.run(args.configs, args, settings, on_gpu, module)
+    meta = {"device": torch.cuda.get_device_name() if on_gpu else f"cpu ({os.cpu_count()} cores)",
+            "commit": git_commit(), "grid": args.grid, "timing": settings.timing,
+            "graph_calls": args.graph_calls if settings.timing == "graph" else None,
+            "torch": torch.__version__, "flashcore": getattr(module, "__version__", None),
+            "fa3_paged": compare_serving.FA3_NO_PAGED}
+    os.makedirs(args.out, exist_ok=True)
+    for record in records:
+        record.pop("config_obj")
+    with open(os.path.join(args.out, "compare_serving.json"), "w") as f:
+        json.dump(compare_report._finite({"meta": meta, "records": records}), f, indent=1)
+    with open(os.path.join(args.out, "compare_serving.md"), "w") as f:
+        f.write(table + "\n")
+    print(f"wrote {args.out}/compare_serving.json and compare_serving.md", file=sys.stderr)
+    print(table)
+    names = [name for name in records[0]["results"] if name.startswith("flashcore")] if records \
+        else []
+    ok = all(r["results"][n].get("status") == "ok" for r in records for n in names)
+    return 0 if ok and module is not None else 1
 
 
 if __name__ == "__main__":

@@ -101,8 +101,11 @@ def max_error(got, want):
 class Checker:
     """Reference and baseline for one config, computed once and applied to every output."""
 
-    def __init__(self, q, k, v, causal, scale, max_rows):
-        self.rows = sample_rows(q.shape[1], max_rows)
+    def __init__(self, q, k, v, causal, scale, max_rows, extra_rows=()):
+        """extra_rows: rows checked besides the sample (e.g. the shard edges of a ring)."""
+        rows = set(sample_rows(q.shape[1], max_rows))
+        rows.update(r for r in extra_rows if 0 <= r < q.shape[1])
+        self.rows = sorted(rows)
         self.causal = causal
         self.ref_out, self.ref_lse = reference(q, k, v, self.rows, causal, scale)
         base_out, base_lse = baseline(q, k, v, self.rows, causal, scale)

@@ -9,12 +9,22 @@
 //                                                   synchronises with the legacy default stream,
 //                                                   which breaks CUDA graph capture, and refuses
 //                                                   tensors that require grad.
-// Both take an optional workspace (device pointer as an int, and its size in bytes) of at least
-// attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it with the array's
-// own allocator (torch's caching allocator: free, and safe under CUDA graph capture).
+//   attention_serving(...) / attention_serving_raw(...)   (_flashcore_serving.cpp)
+//                                                 the same with the serving layouts' arguments
+//                                                 (varlen cu_seqlens, kv cache, page table,
+//                                                 append; flashcore.h), kept apart so that the
+//                                                 dense calls' argument parsing stays as short.
+// The dense calls take an optional workspace (device pointer as an int, and its size in bytes)
+// of at least attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it
+// with the array's own allocator (torch's caching allocator: free, and safe under CUDA graph
+// capture). The serving calls instead take that allocator as a callable, asked once the
+// library has sized the call, so that one crossing into C++ both sizes and runs it.
 // flashcore::Error becomes flashcore.FlashCoreError (a ValueError) with the same message; an
 // argument of the wrong type (not an array at all) becomes flashcore.FlashCoreTypeError, which is
 // both a FlashCoreError and a TypeError.
+//
+// Files: _flashcore_views.{h,cpp} turn arrays into TensorViews; _flashcore_serving.cpp holds the
+// serving entry points; this file the dense ones and the module.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -25,211 +35,22 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "_flashcore_views.h"
 #include "flashcore/flashcore.h"
 
 namespace nb = nanobind;
-using flashcore::Backend;
-using flashcore::Device;
-using flashcore::DeviceType;
-using flashcore::DType;
 using flashcore::Error;
 using flashcore::TensorView;
+using namespace flashcore::python;
+
+namespace flashcore::python {
+// _flashcore_serving.cpp: attention_serving and attention_serving_raw.
+void register_serving(nb::module_& m);
+}  // namespace flashcore::python
 
 namespace {
-
-// Inputs may be read-only (e.g. NumPy views of constants); outputs must be writable.
-using InputArray = nb::ndarray<nb::ro>;
-using OutputArray = nb::ndarray<>;
-
-// (data_ptr, dtype code, device type code, device index, shape, strides in elements).
-using RawTensor =
-    std::tuple<uintptr_t, int, int, int, std::vector<int64_t>, std::vector<int64_t>>;
-// Codes of RawTensor, mirrored in flashcore/_arrays.py (RAW_*).
-enum RawDType : int { kRawFloat16 = 0, kRawBFloat16 = 1, kRawFloat32 = 2 };
-enum RawDevice : int { kRawCPU = 0, kRawCUDA = 1 };
-
-constexpr int kBitsHalf = 16;
-constexpr int kBitsSingle = 32;
-constexpr int kBitsBool = 8;  // DLPack stores a bool in a byte
-constexpr uint8_t kDLPackOpaqueHandle = 3;
-
-// A wrong-type argument: raised as flashcore.FlashCoreTypeError (a FlashCoreError and a TypeError).
-struct ArgumentTypeError : Error {
-  using Error::Error;
-};
-
-// The dtype as NumPy, PyTorch and ml_dtypes name it (complex64, bool, float8_e4m3fn, ...), so
-// that an error names the dtype the caller knows.
-std::string describe_dtype(const nb::dlpack::dtype& dt) {
-  using Code = nb::dlpack::dtype_code;
-  const std::string bits = std::to_string(dt.bits);
-  std::string name;
-  switch (static_cast<Code>(dt.code)) {
-    case Code::Int: name = "int" + bits; break;
-    case Code::UInt: name = "uint" + bits; break;
-    case Code::Float: name = "float" + bits; break;
-    case Code::Bfloat: name = "bfloat" + bits; break;
-    case Code::Complex: name = "complex" + bits; break;  // bits of both parts: complex64
-    case Code::Bcomplex: name = "bcomplex" + bits; break;
-    case Code::Bool: name = dt.bits == kBitsBool ? "bool" : "bool" + bits; break;
-    case Code::Float8_E3M4: name = "float8_e3m4"; break;
-    case Code::Float8_E4M3: name = "float8_e4m3"; break;
-    case Code::Float8_E4M3B11FNUZ: name = "float8_e4m3b11fnuz"; break;
-    case Code::Float8_E4M3FN: name = "float8_e4m3fn"; break;
-    case Code::Float8_E4M3FNUZ: name = "float8_e4m3fnuz"; break;
-    case Code::Float8_E5M2: name = "float8_e5m2"; break;
-    case Code::Float8_E5M2FNUZ: name = "float8_e5m2fnuz"; break;
-    case Code::Float8_E8M0FNU: name = "float8_e8m0fnu"; break;
-    case Code::Float6_E2M3FN: name = "float6_e2m3fn"; break;
-    case Code::Float6_E3M2FN: name = "float6_e3m2fn"; break;
-    case Code::Float4_E2M1FN: name = "float4_e2m1fn"; break;
-    default:
-      name = dt.code == kDLPackOpaqueHandle
-                 ? "opaque handle (DLPack type code 3)"
-                 : "DLPack type code " + std::to_string(dt.code) + " of " + bits + " bits";
-  }
-  if (dt.lanes != 1) name += " x " + std::to_string(dt.lanes) + " lanes";
-  return name;
-}
-
-DType dtype_of(const nb::dlpack::dtype& dt, const char* name) {
-  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
-  if (dt.lanes == 1) {
-    if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsHalf) return DType::kFloat16;
-    if (code == nb::dlpack::dtype_code::Bfloat && dt.bits == kBitsHalf) return DType::kBFloat16;
-    if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsSingle) return DType::kFloat32;
-  }
-  throw Error(std::string(name) + " has dtype " + describe_dtype(dt) +
-              ", expected float16, bfloat16 or float32");
-}
-
-Device device_of(int dlpack_device_type, int device_id, const char* name) {
-  if (dlpack_device_type == nb::device::cpu::value ||
-      dlpack_device_type == nb::device::cuda_host::value) {  // pinned host memory is host memory
-    return Device{DeviceType::kCPU, 0};
-  }
-  if (dlpack_device_type == nb::device::cuda::value) return Device{DeviceType::kCUDA, device_id};
-  throw Error(std::string(name) + " is on DLPack device type " +
-              std::to_string(dlpack_device_type) + ", expected cpu (1) or cuda (2)");
-}
-
-// The library's rank message (validate.cpp), for the ranks a TensorView cannot hold: one wording
-// for every tensor wherever the check runs.
-void check_rank(const std::vector<int64_t>& shape, const char* name) {
-  if (!shape.empty() && shape.size() <= static_cast<size_t>(flashcore::kMaxDims)) return;
-  const bool is_lse = std::string(name) == "lse";
-  std::string text = std::string(name) + " must have " + (is_lse ? "3" : "4") + " dimensions " +
-                     (is_lse ? "[batch, heads_q, seqlen_q]" : "[batch, seqlen, heads, head_dim]") +
-                     ", got " + std::to_string(shape.size()) + " (shape [";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  throw Error(text + "])");
-}
-
-template <typename Array>
-std::vector<int64_t> shape_of(const Array& array) {
-  std::vector<int64_t> shape(array.ndim());
-  for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
-  return shape;
-}
-
-// str(value) of a Python object (nb::str of an attribute accessor would take it as a str as is).
-std::string text_of(nb::handle value) { return nb::str(value).c_str(); }
-
-// An argument nanobind could not import (DLPack, then the buffer protocol): an array of a dtype
-// DLPack has no code for (NumPy object, str, datetime, float128, big-endian...) is named with
-// its own dtype; anything else is not an array.
-[[noreturn]] void throw_not_importable(nb::handle value, const char* name) {
-  if (nb::hasattr(value, "dtype") && nb::hasattr(value, "shape")) {
-    throw Error(std::string(name) + " has dtype " + text_of(nb::object(value.attr("dtype"))) +
-                ", expected float16, bfloat16 or float32");
-  }
-  throw ArgumentTypeError(std::string(name) +
-                          " must be a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX), "
-                          "got " + text_of(nb::object(value.type().attr("__name__"))));
-}
-
-// Inputs may be read-only (e.g. NumPy views of constants).
-InputArray input_array(nb::handle value, const char* name) {
-  InputArray array;
-  if (!nb::try_cast(value, array, /*convert=*/false)) throw_not_importable(value, name);
-  return array;
-}
-
-// Outputs must be writable: a read-only array (NumPy with flags.writeable=False, any DLPack
-// export flagged read-only) is named as such rather than left to a generic signature mismatch.
-OutputArray output_array(nb::handle value, const char* name) {
-  OutputArray array;
-  if (nb::try_cast(value, array, /*convert=*/false)) return array;
-  InputArray read_only;
-  if (nb::try_cast(value, read_only, /*convert=*/false)) {
-    throw Error(std::string(name) + " is read-only: the result is written into " + name +
-                ", so pass a writable array (a NumPy array with flags.writeable=False is "
-                "read-only)");
-  }
-  throw_not_importable(value, name);
-}
-
-// An empty tensor's strides carry no meaning (NumPy exports zeros for them): give it row-major
-// ones so that stride checks only ever judge tensors that have elements.
-void normalize_empty_strides(TensorView& view) {
-  if (view.numel() != 0) return;
-  int64_t stride = 1;
-  for (int i = view.ndim - 1; i >= 0; --i) {
-    view.strides[i] = stride;
-    stride *= view.shape[i] > 0 ? view.shape[i] : 1;
-  }
-}
-
-template <typename Array>
-TensorView view_of(const Array& array, const char* name) {
-  check_rank(shape_of(array), name);
-  TensorView view;
-  view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = dtype_of(array.dtype(), name);
-  view.device = device_of(array.device_type(), array.device_id(), name);
-  view.ndim = static_cast<int>(array.ndim());
-  for (size_t i = 0; i < array.ndim(); ++i) {
-    view.shape[i] = static_cast<int64_t>(array.shape(i));
-    view.strides[i] = array.stride(i);
-  }
-  normalize_empty_strides(view);
-  return view;
-}
-
-TensorView view_of_raw(const RawTensor& raw, const char* name) {
-  const auto& [data_ptr, dtype_code, device_code, device_index, shape, strides] = raw;
-  check_rank(shape, name);
-  if (strides.size() != shape.size()) {
-    throw Error(std::string(name) + " has " + std::to_string(strides.size()) + " strides for " +
-                std::to_string(shape.size()) + " dimensions");
-  }
-  TensorView view;
-  view.data = reinterpret_cast<void*>(data_ptr);
-  switch (dtype_code) {
-    case kRawFloat16: view.dtype = DType::kFloat16; break;
-    case kRawBFloat16: view.dtype = DType::kBFloat16; break;
-    case kRawFloat32: view.dtype = DType::kFloat32; break;
-    default:
-      throw Error(std::string(name) + " has raw dtype code " + std::to_string(dtype_code) +
-                  ", expected 0 (float16), 1 (bfloat16) or 2 (float32)");
-  }
-  if (device_code != kRawCPU && device_code != kRawCUDA) {
-    throw Error(std::string(name) + " has raw device code " + std::to_string(device_code) +
-                ", expected 0 (cpu) or 1 (cuda)");
-  }
-  view.device = device_code == kRawCUDA ? Device{DeviceType::kCUDA, device_index}
-                                        : Device{DeviceType::kCPU, 0};
-  view.ndim = static_cast<int>(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) {
-    view.shape[i] = shape[i];
-    view.strides[i] = strides[i];
-  }
-  normalize_empty_strides(view);
-  return view;
-}
 
 flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, TensorView out,
                                    std::optional<TensorView> lse,
@@ -249,17 +70,6 @@ flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, Ten
   args.workspace = reinterpret_cast<void*>(workspace);
   args.workspace_bytes = workspace_bytes;
   return args;
-}
-
-// Runs without the GIL: the CPU backend is multi-threaded and may take a while; the caller's
-// Python objects keep every buffer alive for the duration of the call.
-std::string run(const flashcore::AttentionArgs& args) {
-  Backend ran;
-  {
-    nb::gil_scoped_release no_gil;
-    ran = flashcore::attention_forward(args);
-  }
-  return flashcore::to_string(ran);
 }
 
 // The arrays of one DLPack call, imported in argument order so that the first bad argument is
@@ -378,6 +188,7 @@ NB_MODULE(_flashcore, m) {
         nb::arg("workspace_bytes") = 0, nb::arg("device_pointers_verified") = false,
         "Like attention_forward, tensors given as (data_ptr, dtype_code, device_code, "
         "device_index, shape, strides) tuples.");
+  register_serving(m);
   m.def("select_backend", &select_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
@@ -389,14 +200,17 @@ NB_MODULE(_flashcore, m) {
         const InputArray q_array = input_array(q, "q");
         std::optional<InputArray> k_array;
         if (!k.is_none()) k_array = input_array(k, "k");
-        return workspace_bytes_for(q_array, k_array, causal, view_of<InputArray>);
+        const auto view = [](const InputArray& a, const char* n) { return view_of(a, n); };
+        return workspace_bytes_for(q_array, k_array, causal, view);
       },
       nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
       "Bytes of device workspace a call on q (and k) needs (0 on the host).");
   m.def(
       "attention_workspace_bytes_raw",
       [](const RawTensor& q, const std::optional<RawTensor>& k, bool causal) {
-        return workspace_bytes_for(q, k, causal, view_of_raw);
+        return workspace_bytes_for(q, k, causal, [](const RawTensor& raw, const char* n) {
+          return view_of_raw(raw, n);
+        });
       },
       nb::arg("q"), nb::arg("k").none() = nb::none(), nb::arg("causal") = false,
       "attention_workspace_bytes for tensors given as raw tensor tuples.");

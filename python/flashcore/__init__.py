@@ -4,6 +4,10 @@
     q = np.random.randn(1, 128, 8, 64).astype(np.float32)       # [batch, seqlen, heads, head_dim]
     out = flashcore.attention(q, q, q, causal=True)
 
+Serving layouts: `flashcore.attention_varlen` (ragged batches packed back to back, cu_seqlens) and
+`flashcore.attention_with_kvcache` (a contiguous or paged kv cache, with an in-place append);
+docs/serving.md.
+
 `flashcore.attention` takes NumPy arrays (CPU backends), PyTorch tensors (CPU or CUDA; outputs
 from torch's allocator on torch's current stream) or other DLPack arrays (CuPy, JAX). PyTorch
 users who want torch.compile / CUDA graphs / SDPA's layout use `flashcore.torch.attention`;
@@ -13,7 +17,7 @@ torch.
 
 import sys as _sys
 
-from . import _arrays
+from . import _arrays, _serving
 from ._flashcore import FlashCoreError, FlashCoreTypeError
 from ._flashcore import backend_available as _backend_available
 from ._flashcore import supported_head_dims as _supported_head_dims
@@ -23,6 +27,8 @@ __all__ = [
     "FlashCoreError",
     "FlashCoreTypeError",
     "attention",
+    "attention_varlen",
+    "attention_with_kvcache",
     "attention_workspace_bytes",
     "backend_available",
     "supported_head_dims",
@@ -130,3 +136,105 @@ def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):
         q, k, v, causal=_arrays.flag("causal", causal),
         softmax_scale=_arrays.softmax_scale_value(softmax_scale),
         backend=_arrays.backend_name(backend))
+
+
+def _check_flags(causal, return_lse, check_indices, softmax_scale):
+    return (_arrays.flag("causal", causal), _arrays.flag("return_lse", return_lse),
+            _arrays.flag("check_indices", check_indices),
+            _arrays.softmax_scale_value(softmax_scale))
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal=False, softmax_scale=None, seqused_k=None, return_lse=False, out=None,
+                     check_indices=False, backend=None, stream=None):
+    """Attention over a batch of sequences of different lengths, packed back to back.
+
+    q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim]. Sequence b is rows
+    cu_seqlens_q[b] .. cu_seqlens_q[b+1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b+1] of k/v;
+    cu_seqlens_q/k are int32 [batch + 1] on q's device. max_seqlen_q/max_seqlen_k (ints) bound
+    every sequence's length: the caller knows them, so no device-to-host copy is needed (CUDA
+    graphs and torch.compile keep working). seqused_k (int32 [batch], optional): sequence b
+    uses only its first seqused_k[b] keys. causal is bottom-right per sequence.
+    check_indices: copy the index tensors to the host (a synchronization on CUDA) and check
+    their values (non-decreasing cu_seqlens within the tensors); without it wrong values give
+    wrong answers but never an access outside the tensors.
+    Other arguments as flashcore.attention. Returns out (like q), or (out, lse) with lse
+    [heads_q, total_q] float32.
+    """
+    causal, return_lse, check_indices, softmax_scale = _check_flags(
+        causal, return_lse, check_indices, softmax_scale)
+    max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _serving.seqlen_value("max_seqlen_k", max_seqlen_k)
+    backend = _arrays.backend_name(backend)
+    if _is_torch_tensor(q):
+        return _torch_entry().attention_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
+            softmax_scale=softmax_scale, seqused_k=seqused_k, return_lse=return_lse, out=out,
+            check_indices=check_indices, backend=backend, stream=stream)
+    tensors = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                   seqused_k=seqused_k)
+    options = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                   softmax_scale=softmax_scale, causal=causal, backend=backend,
+                   check_indices=check_indices)
+    return _serving.attention_serving_dlpack(
+        tensors, lse_dims=_serving.lse_shape(q, packed=True) if hasattr(q, "shape") else None,
+        return_lse=return_lse, out=out, stream=stream, options=options)
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=None, k=None,
+                           v=None, cu_seqlens_q=None, max_seqlen_q=None, causal=False,
+                           softmax_scale=None, return_lse=False, out=None, check_indices=False,
+                           backend=None, stream=None):
+    """Attention of q over a kv cache, after appending k/v to it in place (a decode step or a
+    chunk of prefill in one call).
+
+    k_cache, v_cache: contiguous [batch, capacity, heads_kv, head_dim], or with page_table
+        paged [num_pages, page_size, heads_kv, head_dim]; any strides with the last dimension
+        contiguous. Token t of sequence b lives at k_cache[b, t], or, paged, in page
+        page_table[b, t // page_size], slot t % page_size.
+    cache_seqlens: int32 [batch], the tokens sequence b already holds. Not changed by the call:
+        the caller advances it.
+    page_table: int32 [batch, max_pages_per_seq] (vLLM's block_table; SGLang's token table with
+        page_size 1).
+    q: dense [batch, seqlen_q, heads_q, head_dim], or packed [total_q, heads_q, head_dim] with
+        cu_seqlens_q (int32 [batch + 1]) and max_seqlen_q (an int bounding every sequence's
+        query count; default total_q, which is always right but sizes the launch for the
+        longest possible sequence).
+    k, v (optional, together): new tokens [batch, seqlen_new, heads_kv, head_dim], or packed
+        like q with cu_seqlens_q; written into the cache at cache_seqlens[b] before attending,
+        so they count as keys. The cache must be writable and have room for them.
+    causal: bottom-right per sequence (the last query row sees the sequence's last key).
+    check_indices: copy the index tensors to the host (a synchronization on CUDA) and check
+        their values (pages in range, no overflow); without it wrong values give wrong answers
+        but never an access outside the tensors.
+    Other arguments as flashcore.attention. Returns out (like q), or (out, lse) with lse
+    [batch, heads_q, seqlen_q] float32 for a dense q, [heads_q, total_q] for a packed one.
+    """
+    causal, return_lse, check_indices, softmax_scale = _check_flags(
+        causal, return_lse, check_indices, softmax_scale)
+    packed = cu_seqlens_q is not None
+    if max_seqlen_q is None:
+        max_seqlen_q = q.shape[0] if packed and hasattr(q, "shape") and len(q.shape) else 0
+    else:
+        max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
+        if not packed:
+            raise FlashCoreError(
+                f"max_seqlen_q={max_seqlen_q} is only for a packed q (with cu_seqlens_q); a dense "
+                "q's seqlen_q is its second dimension")
+    backend = _arrays.backend_name(backend)
+    if _is_torch_tensor(q):  # flashcore.torch names the tensors as this function does
+        return _torch_entry().attention_with_kvcache(
+            q, k_cache, v_cache, cache_seqlens, page_table=page_table, k=k, v=v,
+            cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, causal=causal,
+            softmax_scale=softmax_scale, return_lse=return_lse, out=out,
+            check_indices=check_indices, backend=backend, stream=stream)
+    tensors = dict(q=q, k=k_cache, v=v_cache, cu_seqlens_q=cu_seqlens_q,
+                   cache_seqlens=cache_seqlens, page_table=page_table, k_new=k, v_new=v)
+    options = dict(max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale, causal=causal,
+                   backend=backend, check_indices=check_indices)
+    try:
+        return _serving.attention_serving_dlpack(
+            tensors, lse_dims=_serving.lse_shape(q, packed) if hasattr(q, "shape") else None,
+            return_lse=return_lse, out=out, stream=stream, options=options)
+    except FlashCoreError as error:
+        _serving.reraise_with_kvcache_names(error)

@@ -159,7 +159,7 @@ READ_ONLY_OUT = ("{name} is read-only: the result is written into {name}, so pas
 
 def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16, writable=False):
     """A raw tensor tuple of a NumPy array; `writable` for outputs, which the raw path would
-    otherwise write even when read-only (the DLPack path checks this in _flashcore.cpp, with
+    otherwise write even when read-only (the DLPack path checks this in _flashcore_views.cpp, with
     the same message)."""
     if writable and not array.flags.writeable:
         raise FlashCoreError(READ_ONLY_OUT.format(name=name))

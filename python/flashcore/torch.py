@@ -10,6 +10,10 @@ current stream with no host synchronisation, so CUDA graph capture records it. B
 described to the library by their strides (it takes any strides with a contiguous last
 dimension): no copies. There is no backward kernel yet: backward through the op raises
 NotImplementedError.
+
+The serving layouts are the ops `flashcore::attention_varlen` and
+`flashcore::attention_with_kvcache` (flashcore/_torch_serving.py), called as
+flashcore.torch.attention_varlen / attention_with_kvcache or through flashcore's own functions.
 """
 
 from typing import Optional, Tuple
@@ -19,7 +23,8 @@ import torch
 from . import _arrays, _flashcore
 from ._flashcore import FlashCoreError, FlashCoreTypeError
 
-__all__ = ["attention", "LAYOUTS", "BACKWARD_MISSING"]
+__all__ = ["attention", "attention_varlen", "attention_with_kvcache", "LAYOUTS",
+           "BACKWARD_MISSING"]
 
 LAYOUTS = ("bshd", "bhsd")
 BACKWARD_MISSING = (
@@ -297,3 +302,7 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
             None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend, stream,
             record_on=None if stream == current else stream)
     return (out, lse) if return_lse else out
+
+
+# The serving ops (registered on import); last, as they build on the helpers above.
+from ._torch_serving import attention_varlen, attention_with_kvcache  # noqa: E402

@@ -49,6 +49,7 @@ class CurrentDeviceGuard {
 void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParams& p) {
   if (args.workspace == nullptr || backend != Backend::kSM90) return;
   p.tile_counters = static_cast<uint32_t*>(args.workspace);
+  p.workspace_bytes = args.workspace_bytes;
 }
 
 void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
@@ -64,13 +65,17 @@ void run_cuda(Backend backend, const AttentionArgs& args, AttentionParams p) {
 }
 #endif
 
-// Writes k_new/v_new into the cache (validation checked that they fit) before any attention
-// runs, even for calls with no query row: a caller may fill a cache with seqlen_q 0. A CUDA
-// cache is appended by a kernel on the call's stream, ahead of the launch that reads it.
+// Writes k_new/v_new into the cache at cache_seqlens[b] before any attention runs, even for
+// calls with no query row (a caller may fill a cache with seqlen_q 0): a host cache here
+// (validation checked that they fit), a CUDA one on the call's stream, ahead of the launch that
+// reads it.
 void run_append(Backend backend, const AttentionArgs& args, const AttentionParams& p) {
   const AppendParams append = append_params(args);
   if (!append.active()) return;
-  if (!is_cuda_backend(backend)) return append_kv_host(p, append);
+  if (!is_cuda_backend(backend)) {
+    append_kv_host(p, append);
+    return;
+  }
 #ifdef FLASHCORE_HAS_CUDA
   CurrentDeviceGuard guard(p.device_index);
   append_kv_cuda(p, append);

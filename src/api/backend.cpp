@@ -25,12 +25,10 @@ bool strides_fit_tma(const TensorView& t) {
 
 }  // namespace
 
-// The one switch for the sm90 kernels' serving layouts: they run the dense layout only, until
-// their producer takes the varlen/paged addressing (then this returns "" for them too).
-std::string sm90_layout_unsupported_reason(const AttentionParams& params) {
-  if (params.is_dense()) return "";
-  return "sm90 does not run varlen/paged calls yet";
-}
+// The one switch for the sm90 kernels' serving layouts. They run every layout: packed q/k and
+// contiguous caches as tensor maps over the whole tensor, paged caches in boxes of page runs
+// (cuda/sm90/sequence_layout.h), any page_size.
+std::string sm90_layout_unsupported_reason(const AttentionParams& /*params*/) { return ""; }
 
 std::string layout_unsupported_reason(Backend backend, const AttentionParams& params) {
   if (backend == Backend::kSM90) return sm90_layout_unsupported_reason(params);

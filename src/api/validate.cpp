@@ -151,17 +151,24 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
   const TensorView &q = args.q, &k = args.k;
   const bool half_precision = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
   const bool may_run_sm90 = args.backend == Backend::kAuto || args.backend == Backend::kSM90;
-  const bool dense = !args.cu_seqlens_q && !args.cu_seqlens_k && !args.cache_seqlens;
-  if (q.ndim != kDenseDims.rank || !half_precision || !may_run_sm90 || !dense) return 0;
+  if (!half_precision || !may_run_sm90 || q.ndim < 3) return 0;
   const DeviceInfo& device = device_info(q.device.index);
   if (!device.present || device.cc_major != 9) return 0;
+  // The shape the kernels plan with (AttentionParams): packed q counts its sequences and the
+  // caller's max_seqlen_q, a kv cache its capacity (a paged one: the table's width in pages).
   Sm90WorkspaceQuery query;
-  query.batch = q.shape[0];
-  query.seqlen_q = q.shape[1];
-  query.heads_q = q.shape[2];
-  query.head_dim = q.shape[3];
-  if (k.ndim == kDenseDims.rank) {
-    query.seqlen_k = k.shape[1];
+  const bool packed_q = args.cu_seqlens_q.has_value();
+  if (packed_q ? q.ndim != 3 : q.ndim != kDenseDims.rank) return 0;
+  query.batch = packed_q ? args.cu_seqlens_q->shape[0] - 1 : q.shape[0];
+  query.seqlen_q = packed_q ? args.max_seqlen_q : q.shape[1];
+  query.heads_q = q.shape[q.ndim - 2];
+  query.head_dim = q.shape[q.ndim - 1];
+  if (args.cu_seqlens_k && k.ndim == 3) {
+    query.seqlen_k = args.max_seqlen_k;
+    query.heads_kv = k.shape[1];
+  } else if (k.ndim == kDenseDims.rank) {
+    const bool paged = args.page_table && args.page_table->ndim == 2;
+    query.seqlen_k = paged ? args.page_table->shape[1] * k.shape[1] : k.shape[1];
     query.heads_kv = k.shape[2];
   }
   query.causal_mask = needs_causal_mask(args.causal, query.seqlen_q);

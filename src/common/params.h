@@ -6,6 +6,7 @@
 // the accessors without touching the kernels.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "flashcore/flashcore.h"
@@ -59,6 +60,7 @@ struct AttentionParams {
   // caller's workspace (AttentionArgs::workspace; the sm90 launcher zeroes it on `stream` just
   // before a launch that uses it), or nullptr (the launcher then uses its static pool).
   uint32_t* tile_counters = nullptr;
+  size_t workspace_bytes = 0;  // of the caller's workspace behind tile_counters (0: none)
 
   // Sets the scale and its base-2 form together (rounded once, from the double product), so
   // every caller derives the pair the same way.

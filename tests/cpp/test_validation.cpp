@@ -683,10 +683,9 @@ TEST_F(ServingValidation, ParamsOfEachLayout) {
   EXPECT_EQ(d.seqlen_k_of(2), 40);
 }
 
-TEST_F(ServingValidation, Sm90RefusesServingLayoutsInOnePlace) {
+TEST_F(ServingValidation, EveryBackendRunsEveryLayout) {
   detail::AttentionParams p = detail::validate_common(paged.args());
-  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM90, p),
-            "sm90 does not run varlen/paged calls yet");
+  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM90, p), "");
   EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM80, p), "");
   EXPECT_EQ(detail::layout_name(p), "paged kv cache (packed q) + append");
   EXPECT_EQ(detail::layout_name(detail::validate_common(varlen.args())), "varlen");

@@ -56,6 +56,14 @@ cases=(
   # Unsplit decode in the decode kernel (128 tiles, one per CTA): 3 KV blocks through 2 stages,
   # so a stage is reloaded.
   "--batch 16 --seqlen-q 1 --seqlen-k 300 --heads-q 32 --heads-kv 8 --head-dim 128"
+  # Serving layouts (issue 25): a ragged varlen batch whose slabs cross sequence ends (bounded O
+  # stores, packed tile order), chunked prefill against a paged cache of 16-token pages, and
+  # decode over 1-token pages (the producer warp's boxes) and a contiguous cache (V tails
+  # zeroed).
+  "--layout varlen --seqlens 130,1,64,0,300 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--layout paged --page-size 16 --seqlens 40,300,17 --seqlen-q 20 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--layout paged --page-size 1 --seqlens 70,1,200 --heads-q 16 --heads-kv 2 --head-dim 64"
+  "--layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )
 status=0
 for tool in memcheck racecheck synccheck; do

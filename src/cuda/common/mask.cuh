@@ -43,9 +43,10 @@ struct MaskPolicy {
   int causal_offset;  // query row i sees key column j iff j <= i + causal_offset
 
   FC_HOST_DEVICE MaskPolicy(const AttentionParams& params, int batch_index)
-      : seqlen_q(params.seqlen_q_of(batch_index)),
-        seqlen_k(params.seqlen_k_of(batch_index)),
-        causal_offset(params.causal_offset(batch_index)) {}
+      : MaskPolicy(params.seqlen_q_of(batch_index), params.seqlen_k_of(batch_index)) {}
+  // Bottom-right alignment of a sequence of these lengths.
+  FC_HOST_DEVICE MaskPolicy(int seqlen_q_, int seqlen_k_)
+      : seqlen_q(seqlen_q_), seqlen_k(seqlen_k_), causal_offset(seqlen_k_ - seqlen_q_) {}
 
   // KV tiles of block_n columns visited by the query rows [m_begin, m_begin + block_m).
   // m_begin < 0 (an sm90 causal partial block): rows before 0 do not exist; first_masked is

@@ -38,6 +38,7 @@
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
+#include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
@@ -137,6 +138,17 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
+  // The first block this consumer multiplies by V is the only one that can end past the keys
+  // (worked out when it is due, so that nothing stays live across the loop for it).
+  const auto zero_first_v_tail = [&](int stage, int first_n_block) {
+    if (!kComputes || !Layout::kv_tail_may_hold_garbage(params)) return;
+    const int zero_from = sm90_v_rows_to_zero_from<Config::kBlockN>(
+        true, Layout::seqlen_k(params, tile.batch), first_n_block);
+    if (zero_from < Config::kBlockN) {
+      sm90_zero_v_rows<Config>(smem.v_tile(stage), zero_from, thread_in_warpgroup,
+                               sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
+    }
+  };
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
@@ -173,6 +185,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       sm90_trace(Sm90Event::kKReady);
       mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
       sm90_trace(Sm90Event::kVReady);
+      if (step == 1) zero_first_v_tail(previous.stage, n_block + 1);
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
       if constexpr (kComputes) {
@@ -214,6 +227,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     // Epilogue of the loop: P V of the last tile.
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     sm90_trace(Sm90Event::kVReady);
+    if (num_tiles == 1) zero_first_v_tail(ring.stage, n_block);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
     if constexpr (kComputes) {

@@ -35,6 +35,7 @@
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
 #include "cuda/sm90/epilogue.cuh"
+#include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
@@ -81,21 +82,19 @@ template <class Config, class Layout>
 __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
                                                     const CUtensorMap* map_k,
                                                     const CUtensorMap* map_v,
+                                                    const AttentionParams& params,
                                                     const Sm90Tile& tile,
-                                                    const KvTileRange& kv_tiles, int step) {
+                                                    const KvTileRange& kv_tiles, int step,
+                                                    int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  mbarrier_arrive_expect_tx(smem.k_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), n_block, tile.head,
-                                     tile.batch);
-  mbarrier_arrive_expect_tx(smem.v_full(stage), Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), n_block, tile.head,
-                                     tile.batch);
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
+                                             n_block, tile.head, tile.batch, lane);
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
+                                             n_block, tile.head, tile.batch, lane);
 }
 
-// An unsplit tile's O (normalized) and lse straight to out and lse: a thread's two rows, two
-// columns of every 8, as 16-bit pairs. out's strides are multiples of 8 elements (the TMA maps
-// the launcher built require 16 bytes), so every pair is 4-byte aligned.
+// An unsplit tile's O (normalized) and lse straight to out and lse.
 template <DType kDType, int kOAccRegs>
 __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs],
                                                       const float (&lse)[2],
@@ -103,21 +102,11 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
                                                       const Sm90Tile& tile, int slab_row_begin,
                                                       int row0, int lane, int group_shift,
                                                       int query_rows) {
+  sm90_store_o_rows<kDType>(o, params, tile, slab_row_begin, row0, lane, group_shift, query_rows);
+  if (params.lse == nullptr || lane % 4 != 0) return;
   sm90_for_each_thread_row(tile, slab_row_begin, row0, group_shift, query_rows,
                            [&](int r, int head_q, int position) {
-    element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
-                             params.o_offset(tile.batch, position, head_q);
-#pragma unroll
-    for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
-      const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
-      if (col < params.head_dim) {  // a padded 96: both columns or neither
-        *reinterpret_cast<uint32_t*>(out + col) =
-            pack_pair<kDType>(o[acc_reg(chunk, r, 0)], o[acc_reg(chunk, r, 1)]);
-      }
-    }
-    if (params.lse != nullptr && lane % 4 == 0) {
-      params.lse[params.lse_offset(tile.batch, head_q, position)] = lse[r];
-    }
+    params.lse[params.lse_offset(tile.batch, head_q, position)] = lse[r];
   });
 }
 
@@ -154,17 +143,22 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
 
   const Sm90TileOrder<Config, Layout, kCausal> tile_order(params);
   const Sm90Tile tile = tile_order.tile(params, blockIdx.x);
+  if (tile.m_block < 0) return;  // an index past a packed batch's blocks: no barrier is in use
   const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
   const KvTileRange kv_tiles = sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
+  // Thread 0 loads Q; the layout's producer lanes (thread 0, or warp 0) load K and V.
   if (thread == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
-    sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), tile, slab_row_begin,
-                                     tile_order.group_shift);
+    sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), params, tile,
+                                     slab_row_begin, tile_order.group_shift);
+  }
+  if (thread < Layout::kProducerLanes) {
     for (int step = 0; step < count && step < Config::kStages; ++step) {
-      sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, tile, kv_tiles, step);
+      sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
+                                          thread);
     }
   }
 
@@ -188,14 +182,22 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     sm90_scores_to_p<kDType>(s, o, p, softmax, rows, kv_tiles, n_block,
                              params.softmax_scale_log2);
     mbarrier_wait_parity(smem.v_full(stage), phase);
+    if (step == 0) {  // the last block of the tile's range: the only one that can end past the keys
+      const int zero_from = sm90_v_rows_to_zero_from<Config::kBlockN>(
+          Layout::kv_tail_may_hold_garbage(params), Layout::seqlen_k(params, tile.batch), n_block);
+      if (zero_from < Config::kBlockN) {
+        sm90_zero_v_rows<Config>(smem.v(stage), zero_from, thread,
+                                 sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree));
+      }
+    }
     Math::issue_pv(o, p, smem_u32(smem.v(stage)));
     wgmma_wait_group<0>();
     fence_accumulators(o);
     if (step + Config::kStages < count) {  // this stage takes the block kStages further on
       named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree), kSm90DecodeThreads);
-      if (thread == 0) {
-        sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, tile, kv_tiles,
-                                            step + Config::kStages);
+      if (thread < Layout::kProducerLanes) {
+        sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
+                                            step + Config::kStages, thread);
       }
     }
   }

@@ -59,6 +59,30 @@ __device__ __forceinline__ void sm90_write_split(const float (&o)[kOAccRegs],
   });
 }
 
+// A thread's rows of O (normalized) straight to out, bounded by the sequence: two columns of
+// every 8, as 16-bit pairs. out's strides are multiples of 8 elements (the TMA maps the launcher
+// built require 16 bytes), so every pair is 4-byte aligned.
+template <DType kDType, int kOAccRegs>
+__device__ __forceinline__ void sm90_store_o_rows(const float (&o)[kOAccRegs],
+                                                  const AttentionParams& params,
+                                                  const Sm90Tile& tile, int slab_row_begin,
+                                                  int row0, int lane, int group_shift,
+                                                  int query_rows) {
+  sm90_for_each_thread_row(tile, slab_row_begin, row0, group_shift, query_rows,
+                           [&](int r, int head_q, int position) {
+    element_t<kDType>* out = static_cast<element_t<kDType>*>(params.out) +
+                             params.o_offset(tile.batch, position, head_q);
+#pragma unroll
+    for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
+      const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
+      if (col < params.head_dim) {  // a padded 96: both columns or neither
+        *reinterpret_cast<uint32_t*>(out + col) =
+            pack_pair<kDType>(o[acc_reg(chunk, r, 0)], o[acc_reg(chunk, r, 1)]);
+      }
+    }
+  });
+}
+
 template <DType kDType, class Config, class Layout, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
@@ -100,6 +124,15 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
 
+  // A slab that crosses the end of a packed sequence: its rows past the end belong to the next
+  // sequence, so its O goes out through ordinary stores bounded by this one (not TMA's).
+  const bool bounded_store = !writes_split && Layout::o_rows_overrun(params) &&
+                             slab_row_begin + Config::kRowsPerConsumer > query_rows;
+  if (bounded_store) {
+    sm90_store_o_rows<kDType>(o, params, tile, slab_row_begin, row0, lane, group_shift,
+                              query_rows);
+  }
+
   if (release.stages_o_in_own_buffer()) {  // the previous tile's O store must have read it
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
     named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
@@ -117,9 +150,10 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   if (thread_in_warpgroup == 0) {
-    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split) {
+    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
+        !bounded_store) {
       const TmaRowCoord at =
-          Layout::q_row(batch, head, sm90_row_position(slab_row_begin, group_shift));
+          Layout::q_row(params, batch, head, sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
       for (int block = 0; block < Config::kColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;

@@ -94,25 +94,46 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
     setmaxnreg_dec<Config::kProducerRegisters>();
-    if (thread_in_warpgroup == 0) {
+    // The producer's lanes (Layout::kProducerLanes: 1, or the warp) walk the tiles together;
+    // lane 0 takes the claims and hands the tiles over.
+    constexpr int kLanes = Layout::kProducerLanes;
+    if (thread_in_warpgroup < kLanes) {
+      const int lane = thread_in_warpgroup;
+      const bool lead = kLanes == 1 || lane == 0;
+      const auto next_index = [&](int index) {
+        if constexpr (kLanes == 1) {
+          return scheduler.next_index(index);
+        } else {
+          int next = 0;
+          if (lead) next = scheduler.next_index(index);
+          return __shfl_sync(0xffffffff, next, 0);
+        }
+      };
       const Sm90TensorMaps maps{&map_q, &map_k, &map_v, &map_o};
-      tma_prefetch_descriptor(&map_q);
-      tma_prefetch_descriptor(&map_k);
-      tma_prefetch_descriptor(&map_v);
+      if (lead) {
+        tma_prefetch_descriptor(&map_q);
+        tma_prefetch_descriptor(&map_k);
+        tma_prefetch_descriptor(&map_v);
+      }
       int index = scheduler.first_index();
       while (index < num_tiles) {
         const Sm90Tile tile = scheduler.tile(params, index);
+        if (tile.m_block < 0) {  // an index past a packed batch's blocks (Sm90TileOrder)
+          if (!Scheduler::kPersistent) break;
+          index = next_index(index);
+          continue;
+        }
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<Mainloop::kCausal> mask =
             Layout::template mask<Mainloop::kCausal>(params, tile.batch);
         const KvTileRange kv_tiles =
             Mainloop::kv_tiles(mask, tile, scheduler.group_shift(), kv_split);
         Mainloop::load(smem, maps, params, scheduler, tile, kv_tiles, scheduler.group_shift(),
-                       state);
+                       state, lane);
         if (!Scheduler::kPersistent) break;
-        index = scheduler.next_index(index);
+        index = next_index(index);
       }
-      scheduler.producer_done(smem, state.q_phase);
+      if (lead) scheduler.producer_done(smem, state.q_phase);
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();

@@ -55,6 +55,11 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
       sm90_kv_split_plan(params.batch, params.heads_q, params.heads_kv, params.seqlen_q,
                          params.seqlen_k, params.head_dim, params.causal, num_sms);
   if (plan.splits <= 1) return kv_split;
+  // attention_workspace_bytes sized the caller's workspace for this plan; a smaller one (a
+  // layout it was not sized for) runs unsplit rather than writing past it.
+  const int64_t needed = sm90_kv_split_workspace_bytes(plan, params.batch, params.heads_q,
+                                                       params.seqlen_q, params.head_dim);
+  if (int64_t(params.workspace_bytes) < needed) return kv_split;
   kv_split.splits = plan.splits;
   kv_split.blocks_per_split = plan.blocks_per_split;
   kv_split.o_partial = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(params.tile_counters) +
@@ -131,8 +136,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, head_dim, 1, 1, 1,
                        head_dim, head_dim, head_dim};
   }
-  const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, Config::kBlockN);
-  const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, Config::kBlockN);
+  // A paged cache's boxes are page runs (Sm90ServingLayout::for_each_kv_box).
+  const int kv_box_rows = Layout::template kv_box_rows<Config::kBlockN>(params);
+  const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, kv_box_rows);
+  const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, kv_box_rows);
   // Built for every call, the decode kernel's too: its encode checks out's pointer and strides
   // (16-byte multiples), which that kernel's paired 16-bit stores rely on.
   const CUtensorMap map_o = q_or_o_map(Layout::o_tensor(params));
@@ -194,39 +201,50 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
 }
 
-// Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q falls in its bucket, else the
-// next row. Each row is one kernel instantiation in the instance's translation unit.
-template <DType kDType, int kHeadDim, bool kCausal, int kRow>
+// Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q (the longest sequence's)
+// falls in its bucket, else the next row. Each row is one kernel instantiation per layout in the
+// instance's translation unit.
+template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow>
 void run_sm90_forward_from_row(const AttentionParams& params) {
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal)) {
     if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow).max_seqlen_q) {
-      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, kRow + 1>(params);
+      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1>(params);
       return;
     }
   }
-  run_sm90_forward_configured<Sm90TableConfig<kHeadDim, kCausal, kRow, kDType>, kCausal>(params);
+  run_sm90_forward_configured<Sm90TableConfig<kHeadDim, kCausal, kRow, kDType>, kCausal, Layout>(
+      params);
 }
 
 // Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built
 // with Config::kPacksGroups.
-template <DType kDType, int kHeadDim, bool kCausal>
+template <DType kDType, int kHeadDim, bool kCausal, class Layout>
 void run_sm90_forward_packed(const AttentionParams& params) {
   using Config = Sm90TableConfig<kHeadDim, kCausal, kSm90PackedRowIndex, kDType,
                                  /*kPacksGroups=*/true>;
-  run_sm90_forward_configured<Config, kCausal>(params);
+  run_sm90_forward_configured<Config, kCausal, Layout>(params);
+}
+
+template <DType kDType, int kKernelHeadDim, bool kCausal, class Layout>
+void run_sm90_forward_in_layout(const AttentionParams& params) {
+  if (sm90_packs_query_groups(params.heads_q, params.heads_kv, params.seqlen_q)) {
+    run_sm90_forward_packed<kDType, kKernelHeadDim, kCausal, Layout>(params);
+    return;
+  }
+  run_sm90_forward_from_row<kDType, kKernelHeadDim, kCausal, Layout, 0>(params);
 }
 
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this
-// call's seqlen_q bucket. A head_dim that is not a multiple of 64 (96) runs the next one's
-// kernels (sm90_kernel_head_dim).
+// call's seqlen_q bucket, in the dense layout or the serving one (varlen, kv caches). A head_dim
+// that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
   constexpr int kKernelHeadDim = sm90_kernel_head_dim(kHeadDim);
-  if (sm90_packs_query_groups(params.heads_q, params.heads_kv, params.seqlen_q)) {
-    run_sm90_forward_packed<kDType, kKernelHeadDim, kCausal>(params);
-    return;
+  if (params.is_dense()) {
+    run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90DenseLayout>(params);
+  } else {
+    run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90ServingLayout>(params);
   }
-  run_sm90_forward_from_row<kDType, kKernelHeadDim, kCausal, 0>(params);
 }
 
 }  // namespace flashcore::detail

@@ -52,16 +52,17 @@ struct Sm90Mainloop {
            sees_keys;
   }
 
-  // Producer: every load of one tile.
+  // Producer: every load of one tile (by producer lane `lane`: producer.cuh).
   template <class Scheduler>
   __device__ __forceinline__ static void load(const Sm90SmemLayout<Config>& smem,
                                               const Sm90TensorMaps& maps,
                                               const AttentionParams& params,
                                               const Scheduler& scheduler, const Sm90Tile& tile,
                                               const KvTileRange& kv_tiles, int group_shift,
-                                              Sm90TileLoopState<Config::kStages>& state) {
+                                              Sm90TileLoopState<Config::kStages>& state,
+                                              int lane) {
     sm90_produce<Config, Layout>(smem, maps, params, scheduler, tile, kv_tiles, group_shift,
-                                 state);
+                                 state, lane);
   }
 
   // Consumer: one tile, computed (kComputes) or only its protocol kept, then stored by Epilogue.

@@ -116,12 +116,31 @@ FC_HOST_DEVICE int sm90_m_blocks(const AttentionParams& params) {
                   Config::kBlockM);
 }
 
+// BLOCK_M-row blocks of one sequence of `rows` tile rows.
+template <class Config>
+FC_HOST_DEVICE int sm90_m_blocks_of_rows(int rows) {
+  return ceil_div(rows, Config::kBlockM);
+}
+
+// Blocks per tile head over the whole batch that the tile order numbers: batch x the longest
+// sequence's, or with packed q (Layout::kMayPackQ and cu_seqlens_q) a bound that needs no
+// sequence length: sum over b of ceil(rows_b / BLOCK_M) <= total rows / BLOCK_M + batch. Indices
+// past a packed batch's own blocks decode to no tile (Sm90TileOrder).
+template <class Config, class Layout>
+FC_HOST_DEVICE int64_t sm90_batch_m_blocks(const AttentionParams& params) {
+  const int64_t dense = int64_t(sm90_m_blocks<Config, Layout>(params)) * params.batch;
+  if (!Layout::kMayPackQ || params.cu_seqlens_q == nullptr) return dense;
+  const int64_t packed =
+      (int64_t(params.total_q) << sm90_group_shift<Config>(params)) / Config::kBlockM +
+      params.batch;
+  return packed < dense ? packed : dense;
+}
+
 // Number of output tiles, each split of a split-KV launch counted as a tile: CTAs of a
 // one-tile-per-CTA launch, claims of a persistent one.
 template <class Config, class Layout>
 FC_HOST_DEVICE int64_t sm90_num_tiles(const AttentionParams& params, int kv_splits = 1) {
-  const int64_t tiles = int64_t(sm90_m_blocks<Config, Layout>(params)) *
-                        sm90_tile_heads<Config>(params) * params.batch;
+  const int64_t tiles = sm90_batch_m_blocks<Config, Layout>(params) * sm90_tile_heads<Config>(params);
   return Config::kPacksGroups ? tiles * kv_splits : tiles;
 }
 

@@ -1,4 +1,7 @@
-// The producer of the Hopper kernel: one thread of warpgroup 0 issues every TMA load of a tile.
+// The producer of the Hopper kernel: one thread of warpgroup 0 issues every TMA load of a tile,
+// or with a layout whose K/V blocks come in many boxes (a paged cache: kProducerLanes 32) the
+// first warp of it: every lane waits on the barriers, lane 0 alone arms them and loads Q, and the
+// lanes share the K/V boxes.
 //
 //   K tile 0 (wait k_empty[s])  -> k_full[s]
 //   (persistent: wait q_empty; O in the V ring and n < consumers: wait o_free[n..])
@@ -33,11 +36,12 @@ struct Sm90TensorMaps {
 // batch)): the slab is 64 >> group_shift positions of every head of the group.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap* map_q,
-                                                 uint64_t* barrier, const Sm90Tile& tile,
-                                                 int slab_row_begin, int group_shift) {
+                                                 uint64_t* barrier, const AttentionParams& params,
+                                                 const Sm90Tile& tile, int slab_row_begin,
+                                                 int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const TmaRowCoord at =
-      Layout::q_row(tile.batch, tile.head, sm90_row_position(slab_row_begin, group_shift));
+  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.head,
+                                      sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
     if constexpr (Config::kPacksGroups) {
@@ -51,25 +55,50 @@ __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap
 }
 
 // KV block `n_block` of K or V (every column block) into `dst`, completing on `full`; the
-// caller expects its bytes. Shared by the general and the decode kernel's producers.
+// caller expects its bytes. Shared by the general and the decode kernel's producers. The layout
+// cuts the block into boxes (one, or a paged cache's page runs); a box of r rows lands r
+// swizzled rows into each column block (128-byte rows: the swizzle follows the address).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorMap* map,
-                                                   uint64_t* full, int n_block, int kv_head,
-                                                   int batch) {
+                                                   uint64_t* full, const AttentionParams& params,
+                                                   int n_block, int kv_head, int batch, int lane) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
-  const TmaRowCoord at = Layout::kv_row(batch, kv_head, n_block * Config::kBlockN);
+  Layout::template for_each_kv_box<Config::kBlockN>(
+      params, batch, kv_head, n_block * Config::kBlockN, lane,
+      [&](int box_row, const TmaRowCoord& at) {
 #pragma unroll
-  for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    tma_load_4d(dst + block * kBoxBytesKV, map, full, block * Config::kBoxCols, at.row, at.head,
-                at.batch);
-  }
+        for (int block = 0; block < Config::kColumnBlocks; ++block) {
+          tma_load_4d(dst + block * kBoxBytesKV + box_row * kSwizzleBytes, map, full,
+                      block * Config::kBoxCols, at.row, at.head, at.batch);
+        }
+      });
+}
+
+// Whether producer lane `lane` is the one that arms barriers and loads Q.
+template <class Layout>
+__device__ __forceinline__ bool sm90_lead_lane(int lane) {
+  return Layout::kProducerLanes == 1 || lane == 0;
+}
+
+// Arms `full` for one K/V block (lane 0), then every producer lane issues its boxes of it (the
+// warp's lanes wait for the arming, so no box can complete before the barrier expects it).
+template <class Config, class Layout>
+__device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const CUtensorMap* map,
+                                                           uint64_t* full,
+                                                           const AttentionParams& params,
+                                                           int n_block, int kv_head, int batch,
+                                                           int lane) {
+  if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
+  if constexpr (Layout::kProducerLanes > 1) __syncwarp();
+  sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, batch, lane);
 }
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
 // sm90_block_row_begin): TMA faults on negative coordinates, and those consumers store nothing.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
-                                            const Sm90TensorMaps& maps, const Sm90Tile& tile,
+                                            const Sm90TensorMaps& maps,
+                                            const AttentionParams& params, const Sm90Tile& tile,
                                             int group_shift) {
   const int slabs_before_row_0 = sm90_slabs_before_row_0<Config>(tile.row_begin);
   mbarrier_arrive_expect_tx(smem.q_full(),
@@ -77,8 +106,8 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 #pragma unroll
   for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
     if (consumer < slabs_before_row_0) continue;
-    sm90_load_q_slab<Config, Layout>(smem.q_slab(consumer), maps.q, smem.q_full(), tile,
-                             sm90_slab_row_begin<Config>(tile, consumer), group_shift);
+    sm90_load_q_slab<Config, Layout>(smem.q_slab(consumer), maps.q, smem.q_full(), params, tile,
+                                     sm90_slab_row_begin<Config>(tile, consumer), group_shift);
   }
 }
 
@@ -86,18 +115,18 @@ __device__ __forceinline__ void sm90_load_q(const Sm90SmemLayout<Config>& smem,
 // consumers released that stage.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& smem,
-                                                  const CUtensorMap* map, bool is_v,
+                                                  const CUtensorMap* map,
+                                                  const AttentionParams& params, bool is_v,
                                                   const Sm90Tile& tile, int kv_head,
                                                   const KvTileRange& kv_tiles, int step,
-                                                  RingPosition<Config::kStages>& ring) {
+                                                  RingPosition<Config::kStages>& ring, int lane) {
   uint64_t* empty = is_v ? smem.v_empty(ring.stage) : smem.k_empty(ring.stage);
   uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
-  mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
-  sm90_load_kv_block<Config, Layout>(dst, map, full, kv_tiles.tile_at(step), kv_head,
-                                     tile.batch);
+  sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, kv_tiles.tile_at(step),
+                                             kv_head, tile.batch, lane);
   ring.advance();
 }
 
@@ -116,7 +145,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const AttentionParams& params,
                                              const Scheduler& scheduler, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int group_shift,
-                                             Sm90TileLoopState<Config::kStages>& state) {
+                                             Sm90TileLoopState<Config::kStages>& state, int lane) {
   constexpr bool persistent = Scheduler::kPersistent;
   const int kv_head = Config::kPacksGroups ? tile.head : params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
@@ -127,23 +156,27 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     if (o_in_v_ring && step < Config::kConsumerWarpgroups) {
       mbarrier_wait_parity(smem.o_free(step), previous_tile_parity);
     }
-    sm90_load_kv_tile<Config, Layout>(smem, maps.v, true, tile, kv_head, kv_tiles, step, v_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.v, params, true, tile, kv_head, kv_tiles, step,
+                                      v_ring, lane);
   };
   if (count > 0) {
-    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, 0, k_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, 0,
+                                      k_ring, lane);
   }
   if (persistent) {
     mbarrier_wait_parity(smem.q_empty(), previous_tile_parity);
     sm90_trace(Sm90Event::kQSlotFree);
-    scheduler.publish(smem.tile_slot(), tile);  // by the arrival on q_full (sm90_load_q)
+    // by the arrival on q_full (sm90_load_q)
+    if (sm90_lead_lane<Layout>(lane)) scheduler.publish(smem.tile_slot(), tile);
   }
   if (o_in_v_ring) {
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
       mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
   }
-  sm90_load_q<Config, Layout>(smem, maps, tile, group_shift);
+  if (sm90_lead_lane<Layout>(lane)) sm90_load_q<Config, Layout>(smem, maps, params, tile, group_shift);
   for (int step = 1; step < count; ++step) {
-    sm90_load_kv_tile<Config, Layout>(smem, maps.k, false, tile, kv_head, kv_tiles, step, k_ring);
+    sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, step,
+                                      k_ring, lane);
     load_v(step - 1);
   }
   if (count > 0) load_v(count - 1);

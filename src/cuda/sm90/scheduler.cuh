@@ -70,13 +70,21 @@ struct Sm90TileOrder {
         per_section(sm90_heads_per_section<Config, Layout>(params)) {}
 
   // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
-  // the split is the slowest coordinate.
+  // the split is the slowest coordinate. An index past a packed batch's blocks gives m_block -1
+  // (no tile: the CTA goes on to its next index).
   __device__ __forceinline__ Sm90Tile tile(const AttentionParams& params, int index) const {
     int kv_split = 0;
     if constexpr (Config::kPacksGroups) {
-      const int tiles_per_split = m_blocks * heads_times_batch;
+      int tiles_per_split = m_blocks * heads_times_batch;
+      if constexpr (Layout::kMayPackQ) {
+        tiles_per_split = static_cast<int>(sm90_batch_m_blocks<Config, Layout>(params)) *
+                          sm90_tile_heads<Config>(params);
+      }
       kv_split = index / tiles_per_split;
       index -= kv_split * tiles_per_split;
+    }
+    if constexpr (Layout::kMayPackQ) {
+      if (params.cu_seqlens_q != nullptr) return packed_tile(params, index, kv_split);
     }
     const int section = index / (per_section * m_blocks);
     const int first_pair = section * per_section;
@@ -100,6 +108,50 @@ struct Sm90TileOrder {
         tile.m_block, sm90_query_rows<Layout>(params, tile.batch, group_shift));
     tile.kv_split = kv_split;
     return tile;
+  }
+
+ private:
+  // Packed q: the sequences one after another, each cut into L2 sections of heads as a dense
+  // batch entry is, m-block slowest within a section (longest first under a causal mask). The
+  // sequence of a tile is found by walking the sequences' block counts from the last one found:
+  // a CTA's indices only grow, so the walk is short after its first tile.
+  mutable int cursor_batch_ = 0;
+  mutable int cursor_first_tile_ = 0;  // the index of cursor_batch_'s first tile
+
+  __device__ __forceinline__ int tiles_of(const AttentionParams& params, int batch) const {
+    return sm90_m_blocks_of_rows<Config>(sm90_query_rows<Layout>(params, batch, group_shift)) *
+           sm90_tile_heads<Config>(params);
+  }
+
+  __device__ __forceinline__ Sm90Tile packed_tile(const AttentionParams& params, int index,
+                                                  int kv_split) const {
+    Sm90Tile tile;
+    tile.m_block = -1;
+    if (index < cursor_first_tile_) cursor_batch_ = cursor_first_tile_ = 0;
+    int tiles = cursor_batch_ < params.batch ? tiles_of(params, cursor_batch_) : 0;
+    while (cursor_batch_ < params.batch && index >= cursor_first_tile_ + tiles) {
+      cursor_first_tile_ += tiles;
+      if (++cursor_batch_ < params.batch) tiles = tiles_of(params, cursor_batch_);
+    }
+    if (cursor_batch_ >= params.batch) return tile;
+    const int heads = sm90_tile_heads<Config>(params);
+    const int blocks = tiles / heads;
+    const int in_sequence = index - cursor_first_tile_;
+    const int section = in_sequence / (per_section_packed(heads) * blocks);
+    const int first_head = section * per_section_packed(heads);
+    const int pairs = min(per_section_packed(heads), heads - first_head);
+    const int rest = in_sequence - first_head * blocks;
+    tile.head = first_head + rest % pairs;
+    tile.m_block = blocks - 1 - rest / pairs;
+    tile.batch = cursor_batch_;
+    tile.row_begin = sm90_block_row_begin<Config, kCausal>(
+        tile.m_block, sm90_query_rows<Layout>(params, tile.batch, group_shift));
+    tile.kv_split = kv_split;
+    return tile;
+  }
+  // Heads per L2 section of one packed sequence (per_section counts (head, batch) pairs).
+  __device__ __forceinline__ int per_section_packed(int heads) const {
+    return per_section < heads ? per_section : heads;
   }
 };
 
@@ -182,7 +234,7 @@ struct Sm90SingleTileScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
                                                 const Sm90SmemLayout<Config>& /*smem*/,
                                                 uint32_t /*q_phase*/, Sm90Tile& tile) const {
     tile = this->tile(params, this->first_index());
-    return true;
+    return tile.m_block >= 0;  // the producer skips such an index as well
   }
 };
 

@@ -1,8 +1,10 @@
 // Sequence layouts of the Hopper kernels: how long a batch entry's query and key sequences are,
 // and where a row of Q/O or K/V lives in its tensor map. The producers' loads, the epilogue's
 // store, every count of blocks and the host's tensor-map construction ask the layout; nothing
-// else in src/cuda/sm90 reads a sequence length or a batch stride. A new layout (varlen
-// cu_seqlens, a paged KV cache) is a new struct with these members.
+// else in src/cuda/sm90 reads a sequence length or a batch stride. Two layouts: dense BSHD
+// tensors, and the serving layouts of flashcore.h (packed varlen q/k, a contiguous or paged KV
+// cache), which one struct serves by reading the call's index arrays through the params'
+// clamping accessors.
 #pragma once
 
 #include <cstdint>
@@ -14,38 +16,63 @@
 namespace flashcore::detail {
 
 // A row's coordinates in a 4-D tensor map over (head_dim, seqlen, heads, batch), the column
-// block's offset aside.
+// block's offset aside. For a paged cache `row` is the slot in the page and `batch` the page.
 struct TmaRowCoord {
   int row;
   int head;
   int batch;
 };
 
+// The largest power of two dividing `n` (n > 0).
+FC_HOST_DEVICE int lowest_power_of_two_factor(int n) { return n & -n; }
+
 // Dense BSHD tensors: every batch entry has the call's seqlen_q and seqlen_k rows.
 struct Sm90DenseLayout {
-  FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
-    return params.seqlen_q_of(batch);
+  // Whether q can be packed (cu_seqlens_q): the tile order then walks the sequences' own blocks.
+  static constexpr bool kMayPackQ = false;
+  // The call's lengths themselves (the accessors would test the serving arrays for null).
+  FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int /*batch*/) {
+    return params.seqlen_q;
   }
-  FC_HOST_DEVICE static int seqlen_k(const AttentionParams& params, int batch) {
-    return params.seqlen_k_of(batch);
+  FC_HOST_DEVICE static int seqlen_k(const AttentionParams& params, int /*batch*/) {
+    return params.seqlen_k;
   }
   // The longest sequences of the call: what grids and L2 sections are sized by.
   FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
   FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
 
   template <bool kCausal>
-  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int batch) {
-    return MaskPolicy<kCausal>(params, batch);
+  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int /*batch*/) {
+    return MaskPolicy<kCausal>(params.seqlen_q, params.seqlen_k);
   }
 
   // Query row (or packed position) `row` of head `head` of batch entry `batch`, in Q's and O's map.
-  FC_HOST_DEVICE static TmaRowCoord q_row(int batch, int head, int row) {
+  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& /*params*/, int batch, int head,
+                                          int row) {
     return {row, head, batch};
   }
-  // Key `key` of KV head `kv_head` of batch entry `batch`, in K's and V's maps.
-  FC_HOST_DEVICE static TmaRowCoord kv_row(int batch, int kv_head, int key) {
-    return {key, kv_head, batch};
+  // Threads of the producer warp that issue K/V loads: one (the block is one box).
+  static constexpr int kProducerLanes = 1;
+  // The TMA boxes of a KV block of kBlockN keys from `first_key` that producer lane `lane` issues:
+  // fn(row in the block, its map coordinates). Dense: one box of the whole block, lane 0's.
+  template <int kBlockN, class Fn>
+  __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& /*params*/,
+                                                         int batch, int kv_head, int first_key,
+                                                         int /*lane*/, Fn&& fn) {
+    fn(0, TmaRowCoord{first_key, kv_head, batch});
   }
+  // Rows of a K/V box (the maps' box) and whether rows past a sequence's keys inside a loaded
+  // block can hold anything but keys of the call (NaN in a cache's unused slots, say): the
+  // consumers then zero them in V before P V (0 x NaN would reach O). Dense: the map's per-batch
+  // seqlen makes TMA fill them with zeros.
+  template <int kBlockN>
+  FC_HOST_DEVICE static int kv_box_rows(const AttentionParams& /*params*/) { return kBlockN; }
+  FC_HOST_DEVICE static bool kv_tail_may_hold_garbage(const AttentionParams& /*params*/) {
+    return false;
+  }
+  // Whether O's map can hold rows past a sequence's end that belong to another sequence: the
+  // epilogue then stores a slab that crosses the end with ordinary bounded stores.
+  FC_HOST_DEVICE static bool o_rows_overrun(const AttentionParams& /*params*/) { return false; }
 
   // The tensors the host's tensor maps describe (head_dim: the call's, not the kernel's): Q and
   // O hold seqlen_q rows of heads_q heads, K and V seqlen_k rows of heads_kv heads.
@@ -63,11 +90,123 @@ struct Sm90DenseLayout {
   }
 
  private:
+  friend struct Sm90ServingLayout;
   static BshdTensor rows_of(const AttentionParams& p, const char* name, const void* data,
                             bool query_side, int64_t row_stride, int64_t head_stride,
                             int64_t batch_stride) {
     return {name,     data,       p.head_dim,  query_side ? p.seqlen_q : p.seqlen_k,
             query_side ? p.heads_q : p.heads_kv, p.batch, row_stride, head_stride, batch_stride};
+  }
+};
+
+// The serving layouts (flashcore.h): q dense or packed (cu_seqlens_q), K/V dense, packed
+// (cu_seqlens_k), a contiguous cache or a paged one. Packed tensors are seen as one batch entry of
+// total rows, a paged cache as a batch of pages; lengths and offsets come from the params'
+// accessors, which clamp every index they read into the tensors.
+//   - Packed q: a tile's last slab may reach into the next sequence's rows. Its Q rows there are
+//     loaded and computed but never stored (o_rows_overrun: bounded stores).
+//   - Paged K/V: a block's keys come in boxes of kv_box_rows rows, the largest power of two that
+//     divides both page_size and kBlockN, so that a box never crosses a page. Slots past the
+//     sequence's keys in its last block (a page's unused tail, pages past the table's used ones)
+//     are loaded but masked in S and zeroed in V (kv_tail_may_hold_garbage).
+struct Sm90ServingLayout {
+  static constexpr bool kMayPackQ = true;
+  FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
+    return params.seqlen_q_of(batch);
+  }
+  FC_HOST_DEVICE static int seqlen_k(const AttentionParams& params, int batch) {
+    return params.seqlen_k_of(batch);
+  }
+  FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
+  FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
+
+  template <bool kCausal>
+  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int batch) {
+    return MaskPolicy<kCausal>(params, batch);
+  }
+
+  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& params, int batch, int head,
+                                          int row) {
+    if (params.cu_seqlens_q == nullptr) return {row, head, batch};
+    return {AttentionParams::packed_start(params.cu_seqlens_q, params.total_q, batch) + row, head,
+            0};
+  }
+
+  // A paged block is up to kBlockN boxes (page_size 1): the producer warp's 32 lanes share them,
+  // so their page-table reads and TMA issues overlap instead of queueing behind one thread.
+  static constexpr int kProducerLanes = 32;
+  template <int kBlockN, class Fn>
+  __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& params, int batch,
+                                                         int kv_head, int first_key, int lane,
+                                                         Fn&& fn) {
+    if (params.page_table != nullptr) {
+      const int box_rows = kv_box_rows<kBlockN>(params);
+      for (int row = lane * box_rows; row < kBlockN; row += kProducerLanes * box_rows) {
+        const int key = first_key + row;
+        const int64_t entry = batch * params.page_table_stride + key / params.page_size;
+        // Keys past the table's width (a block's tail past the capacity) read its last entry.
+        const int64_t last_entry = (batch + 1) * params.page_table_stride - 1;
+        const int page = AttentionParams::clamp_int(
+            params.page_table[entry < last_entry ? entry : last_entry], 0, params.num_pages - 1);
+        fn(row, TmaRowCoord{key % params.page_size, kv_head, page});
+      }
+    } else if (lane != 0) {
+      return;  // one box, lane 0's
+    } else if (params.cu_seqlens_k != nullptr) {
+      fn(0, TmaRowCoord{AttentionParams::packed_start(params.cu_seqlens_k, params.total_k, batch) +
+                            first_key,
+                        kv_head, 0});
+    } else {
+      fn(0, TmaRowCoord{first_key, kv_head, batch});
+    }
+  }
+  template <int kBlockN>
+  FC_HOST_DEVICE static int kv_box_rows(const AttentionParams& params) {
+    if (params.page_table == nullptr) return kBlockN;
+    const int page_factor = lowest_power_of_two_factor(params.page_size);
+    const int block_factor = lowest_power_of_two_factor(kBlockN);
+    return page_factor < block_factor ? page_factor : block_factor;
+  }
+  // A cache (seqused_k: its fill) holds slots past every sequence's keys; packed K/V hold the
+  // next sequence's keys there, which are finite, or TMA's zeros past the tensor.
+  FC_HOST_DEVICE static bool kv_tail_may_hold_garbage(const AttentionParams& params) {
+    return params.seqused_k != nullptr || params.page_table != nullptr;
+  }
+  FC_HOST_DEVICE static bool o_rows_overrun(const AttentionParams& params) {
+    return params.cu_seqlens_q != nullptr;
+  }
+
+  static BshdTensor q_tensor(const AttentionParams& p) {
+    return query_side(p, "q", p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+  }
+  static BshdTensor o_tensor(const AttentionParams& p) {
+    return query_side(p, "out", p.out, p.o_row_stride, p.o_head_stride, p.o_batch_stride);
+  }
+  static BshdTensor k_tensor(const AttentionParams& p) {
+    return key_side(p, "k", p.k, p.k_row_stride, p.k_head_stride, p.k_batch_stride);
+  }
+  static BshdTensor v_tensor(const AttentionParams& p) {
+    return key_side(p, "v", p.v, p.v_row_stride, p.v_head_stride, p.v_batch_stride);
+  }
+
+ private:
+  static BshdTensor query_side(const AttentionParams& p, const char* name, const void* data,
+                               int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
+    if (p.cu_seqlens_q == nullptr) {
+      return Sm90DenseLayout::rows_of(p, name, data, true, row_stride, head_stride, batch_stride);
+    }
+    return {name, data, p.head_dim, p.total_q, p.heads_q, 1, row_stride, head_stride, 0};
+  }
+  static BshdTensor key_side(const AttentionParams& p, const char* name, const void* data,
+                             int64_t row_stride, int64_t head_stride, int64_t batch_stride) {
+    if (p.page_table != nullptr) {
+      return {name, data, p.head_dim, p.page_size, p.heads_kv, p.num_pages,
+              row_stride, head_stride, batch_stride};
+    }
+    if (p.cu_seqlens_k != nullptr) {
+      return {name, data, p.head_dim, p.total_k, p.heads_kv, 1, row_stride, head_stride, 0};
+    }
+    return Sm90DenseLayout::rows_of(p, name, data, false, row_stride, head_stride, batch_stride);
   }
 };
 

@@ -60,6 +60,8 @@ __global__ void __launch_bounds__(32 * kCombineWarpsPerBlock)
   const int position = static_cast<int>(row % params.seqlen_q);
   const int head = static_cast<int>(row / params.seqlen_q % params.heads_q);
   const int batch = static_cast<int>(row / params.seqlen_q / params.heads_q);
+  // Packed q: rows past this sequence's queries belong to no query (seqlen_q is the longest's).
+  if (params.cu_seqlens_q != nullptr && position >= params.seqlen_q_of(batch)) return;
 
   // The first kCombineLoadBatch splits' O values are loaded together with the lse values, so a
   // call with up to that many splits waits for memory once.

@@ -1,0 +1,50 @@
+// V rows past a sequence's keys, zeroed in shared memory before P V.
+//
+// The scores of keys past a sequence's end are masked to -inf, so their P is exactly 0, but
+// 0 x NaN is NaN: where the loaded block can hold anything in those rows (a cache's unused slots,
+// Sm90ServingLayout::kv_tail_may_hold_garbage), the warpgroup that multiplies by V first writes
+// zeros over them. Every consumer warpgroup zeroes the rows itself before its own P V, so none
+// depends on another's timing; two writing the same zeros at once is harmless.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/named_barrier.cuh"
+#include "cuda/sm90/smem_layout.cuh"
+
+namespace flashcore::detail {
+
+// Row of `n_block` from which a V block holds no key of the sequence (kBlockN: none to zero).
+// Only the block holding the sequence's last key can have such rows.
+template <int kBlockN>
+__device__ __forceinline__ int sm90_v_rows_to_zero_from(bool tail_may_hold_garbage, int seqlen_k,
+                                                        int n_block) {
+  const int keys_in_block = seqlen_k - n_block * kBlockN;
+  return tail_may_hold_garbage && keys_in_block < kBlockN ? keys_in_block : kBlockN;
+}
+
+// Zeroes rows [first_row, kBlockN) of a V block (every 128-byte-swizzled column block: the
+// swizzle moves 16-byte chunks only within their row, so writing a row's eight chunks clears it),
+// then makes the writes visible to wgmma (the async proxy) and waits for the warpgroup's 128
+// threads on `barrier_id`.
+template <class Config>
+__device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row,
+                                                 int thread_in_warpgroup, uint32_t barrier_id) {
+  constexpr int kChunkBytes = 16;
+  constexpr int kChunksPerRow = kSwizzleBytes / kChunkBytes;
+  constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
+  const int chunks = (Config::kBlockN - first_row) * kChunksPerRow;
+  uint8_t* first = v_block + first_row * kSwizzleBytes;
+#pragma unroll
+  for (int block = 0; block < Config::kColumnBlocks; ++block) {
+    for (int chunk = thread_in_warpgroup; chunk < chunks; chunk += Config::kThreadsPerWarpgroup) {
+      *reinterpret_cast<uint4*>(first + block * kColumnBlockBytes + chunk * kChunkBytes) =
+          make_uint4(0, 0, 0, 0);
+    }
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(barrier_id, Config::kThreadsPerWarpgroup);
+}
+
+}  // namespace flashcore::detail

@@ -1,0 +1,79 @@
+"""bench/compare.py --grid serving: the rows issue 25 asks to time, their work (FLOPs, K/V bytes)
+and the argument handling (pure Python: no torch, no GPU)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+import compare  # noqa: E402
+import compare_grids  # noqa: E402
+import compare_serving_grid as grid  # noqa: E402
+
+
+def test_the_serving_grid_holds_the_issues_rows():
+    configs = grid.serving_configs()
+    described = [c.describe() for c in configs]
+    assert len(set(configs)) == len(configs)
+    varlen = [c for c in configs if c.layout == grid.VARLEN]
+    assert [c.lengths_q for c in varlen] == [(8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)]
+    assert all((c.heads_q, c.heads_kv, c.head_dim, c.causal) == (32, 8, 128, True)
+               for c in configs)
+    decode_pages = sorted(c.page_size for c in configs
+                          if c.group == "decode" and c.layout == grid.PAGED)
+    assert decode_pages == [1, 16, 64]
+    # Every paged group has the dense and contiguous rows it is measured against.
+    for group, batch, keys in (("decode", 64, 4096), ("long", 1, 32768)):
+        layouts = {c.layout for c in configs if c.group == group}
+        assert layouts == {grid.DENSE, grid.CONTIGUOUS, grid.PAGED}, group
+        assert all(c.lengths_k == (keys,) * batch and c.lengths_q == (1,) * batch
+                   for c in configs if c.group == group)
+    assert "decode paged p16: b64 sq1 sk4096 hq32 hkv8 d128 bf16 causal" in described
+    # The equal-length dense batches hold about the ragged batch's tokens.
+    tokens = sum(varlen[0].lengths_q)
+    for c in configs:
+        if c.group == "varlen" and c.layout == grid.DENSE:
+            assert abs(sum(c.lengths_q) - tokens) < 0.01 * tokens
+
+
+def test_flops_are_the_dense_convention_summed_over_sequences():
+    ragged = grid.ServingConfig("varlen", grid.VARLEN, (100, 7, 1), (100, 9, 1))
+    expected = sum(compare_grids.Config(1, sq, sk, 32, 8, 128, "bf16", True).flops()
+                   for sq, sk in zip(ragged.lengths_q, ragged.lengths_k))
+    assert ragged.flops() == pytest.approx(expected)
+    full = grid.ServingConfig("varlen", grid.VARLEN, (3,), (5,), causal=False)
+    assert full.flops() == 4 * 32 * 128 * 15
+
+
+def test_kv_bytes_count_every_key_once():
+    decode = [c for c in grid.serving_configs() if c.group == "decode"][0]
+    assert decode.kv_bytes() == 2 * 64 * 4096 * 8 * 128 * 2  # k and v, bf16: 1 GiB
+    assert decode.is_decode() and not grid.serving_configs()[0].is_decode()
+
+
+def test_tiny_grid_scales_every_length():
+    tiny = grid.SERVING_GRIDS["serving-tiny"][1](("fp16",))
+    full = grid.serving_configs(("fp16",))
+    assert len(tiny) == len(full)
+    for small, big in zip(tiny, full):
+        assert small.lengths_k == tuple(max(1, n // grid.TINY_DIVISOR) for n in big.lengths_k)
+        assert small.flops() < compare.CPU_MAX_FLOPS
+
+
+def test_parse_args_takes_the_serving_grid():
+    args = compare.parse_args(["--grid", "serving", "--dtypes", "bf16,fp16"])
+    assert args.serving and len(args.configs) == 2 * len(grid.serving_configs())
+    assert compare.parse_args(["--grid", "quick"]).serving is False
+    with pytest.raises(SystemExit) as exit_info:
+        compare.parse_args(["--grid", "serving", "--seqlens", "4096"])
+    assert exit_info.value.code == 2
+
+
+def test_list_prints_the_serving_rows_without_torch():
+    result = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), "--list",
+                             "--grid", "serving"], capture_output=True, text=True, check=True)
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(grid.serving_configs())
+    assert lines[0].startswith("varlen varlen: lengths 8192+4096+")
