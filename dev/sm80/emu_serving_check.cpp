@@ -1,29 +1,31 @@
 // The sm80 kernel's serving layouts (varlen, contiguous and paged kv caches) on the host
-// emulator (dev/sm80/emu), against the float64 oracle per sequence: the same ragged batches and
-// NaN-filled unused slots as tests/cpp/test_gpu_serving.cpp, built by the same
-// tests/cpp/serving_problem.h, with AttentionParams filled here as src/api fills them. The
-// append is taken as done (the cache holds the new keys; seqused_k/seqlen_new still count them),
-// since the append kernel is CUDA only. Build with AddressSanitizer so a read outside a tensor
-// fails even where NaN would not show (repository root; see emu_check.cpp for the objects):
-//   for f in testing/accuracy cpu/reference api/tensor; do
-//     g++ -std=c++17 -O2 -I include -I src -c src/$f.cpp -o /tmp/$(basename $f).o; done
-//   g++ -std=c++17 -O1 -g -fsanitize=address -mfma -ffp-contract=fast -pthread \
-//       -include dev/sm80/emu/emu_runtime.h -I dev/sm80/emu -I include -I src -I tests/cpp -I dev/sm80 \
-//       dev/sm80/emu_serving_check.cpp /tmp/accuracy.o /tmp/reference.o /tmp/tensor.o \
-//       -o /tmp/emu_serving && /tmp/emu_serving [case]
+// emulator (dev/sm80/emu), against the float64 oracle per sequence: the ragged batches of
+// testing::ServingProblem (NaN in every unused row, slot and page), with AttentionParams from
+// the API's own validation of the call's args over host memory and the host append run first
+// (the append kernel is CUDA only). Build with AddressSanitizer so a read outside a tensor fails
+// even where NaN would not show (repository root; a CPU-only build supplies the libraries):
+//   cmake -S . -B build-cpu -G Ninja -DFLASHCORE_ENABLE_CUDA=OFF -DFLASHCORE_BUILD_PYTHON=OFF
+//   ninja -C build-cpu flashcore flashcore_testing
+//   g++ -std=c++17 -O1 -g -fsanitize=address -mfma -ffp-contract=fast -pthread
+//       -include dev/sm80/emu/emu_runtime.h -I dev/sm80/emu -I include -I src
+//       dev/sm80/emu_serving_check.cpp build-cpu/src/libflashcore_testing.a
+//       build-cpu/src/libflashcore.a -o /tmp/emu_serving
+//   /tmp/emu_serving [case]   (22 cases, ~2 minutes)
 #include <cstdio>
 #include <thread>
 #include <vector>
 
+#include "api/validate.h"
+#include "api/validate_serving.h"
+#include "common/append.h"
 #include "cuda/sm80/forward_kernel.cuh"
-#include "serving_problem.h"
-#include "serving_params.h"
+#include "testing/serving_problem.h"
 
 using flashcore::DType;
 using flashcore::detail::AttentionParams;
-using flashcore::test::ServingCase;
-using flashcore::test::ServingLayout;
-using flashcore::test::ServingProblem;
+using flashcore::testing::KvLayout;
+using flashcore::testing::ServingProblem;
+using flashcore::testing::ServingShape;
 
 template <DType kDType, int kHeadDim, bool kCausal, bool kPaged>
 void run_emulated(const AttentionParams& params) {
@@ -65,63 +67,52 @@ void dispatch(const AttentionParams& p) {
   std::abort();
 }
 
-bool run_case(const ServingCase& c, uint64_t seed) {
-  ServingProblem sp = flashcore::test::make_serving_problem(c, seed);
-  // The emulator reads the cache as the append leaves it (the append kernel is CUDA only).
-  AttentionParams p = flashcore::test::serving_params(sp, sp.c.append);
+bool run_case(const ServingShape& shape, uint64_t seed) {
+  ServingProblem problem(shape, seed);
+  const flashcore::AttentionArgs args = problem.args(flashcore::Backend::kCPU);
+  const AttentionParams p = flashcore::detail::validate_common(args);
+  const flashcore::detail::AppendParams append = flashcore::detail::append_params(args);
+  if (append.active()) flashcore::detail::append_kv_host(p, append);
   if (p.page_table != nullptr) {
     dispatch<true>(p);
   } else {
     dispatch<false>(p);
   }
-  std::vector<float> lse(sp.lse.bytes.size() / 4);
-  std::memcpy(lse.data(), sp.lse.bytes.data(), sp.lse.bytes.size());
   bool ok = true;
-  std::string worst;
-  for (int b = 0; b < c.batch(); ++b) {
-    const auto out = flashcore::test::sequence_out(sp, sp.out.bytes, b);
-    const auto seq_lse = flashcore::test::sequence_lse(sp, lse, b);
-    std::vector<int> rows(c.seqlens_q[b]);
-    for (int i = 0; i < c.seqlens_q[b]; ++i) rows[i] = i;
-    const auto report = flashcore::testing::check_accuracy(sp.shapes[b], sp.inputs[b], out.data(),
-                                                           seq_lse.data(), rows);
-    if (!report.pass) {
-      ok = false;
-      worst += "\n  seq " + std::to_string(b) + ": " + report.summary();
-    }
+  std::string failures;
+  for (int b = 0; b < shape.batch(); ++b) {
+    const auto report = problem.check_sequence(b, 1 << 20);
+    if (!report.pass) ok = false, failures += "\n  seq " + std::to_string(b) + ": " + report.summary();
   }
-  // Rows no sequence owns (dense q past nothing; packed: none) stay poisoned: nothing to check.
-  std::printf("%s %s%s\n", ok ? "PASS" : "FAIL", c.describe().c_str(), worst.c_str());
+  std::printf("%s %s%s\n", ok ? "PASS" : "FAIL", shape.describe().c_str(), failures.c_str());
   std::fflush(stdout);
   return ok;
 }
 
 int main(int argc, char** argv) {
   const DType f16 = DType::kFloat16, b16 = DType::kBFloat16;
-  std::vector<ServingCase> cases;
-  const auto add = [&](ServingLayout layout, std::vector<int> q, std::vector<int> k, int hq, int hkv,
-                       int d, DType dt, bool causal) -> ServingCase& {
-    ServingCase c;
-    c.layout = layout, c.seqlens_q = q, c.seqlens_k = k, c.heads_q = hq, c.heads_kv = hkv;
-    c.head_dim = d, c.dtype = dt, c.causal = causal;
-    cases.push_back(c);
+  std::vector<ServingShape> cases;
+  const auto add = [&](KvLayout kv, std::vector<int> q, std::vector<int> k, int hq, int hkv, int d,
+                       DType dt, bool causal) -> ServingShape& {
+    ServingShape s;
+    s.kv = kv, s.q_lens = q, s.k_lens = k, s.heads_q = hq, s.heads_kv = hkv;
+    s.head_dim = d, s.dtype = dt, s.causal = causal;
+    cases.push_back(s);
     return cases.back();
   };
   for (bool causal : {false, true}) {
-    add(ServingLayout::kVarlen, {1, 17, 0, 70}, {1, 65, 9, 130}, 2, 1, 128, f16, causal);
-    add(ServingLayout::kVarlen, {130, 5}, {70, 200}, 2, 2, 64, b16, causal).seqused = true;
-    for (int page : {1, 16, 64, 128, 5}) {
-      ServingCase& c = add(ServingLayout::kPagedCache, {3, 1, 40}, {200, 1, 129}, 4, 1,
-                           page == 128 ? 64 : 128, page == 16 ? b16 : f16, causal);
-      c.page_size = page;
+    add(KvLayout::kVarlen, {1, 17, 0, 70}, {1, 65, 9, 130}, 2, 1, 128, f16, causal);
+    add(KvLayout::kVarlen, {130, 5}, {70, 200}, 2, 2, 64, b16, causal).seqused = true;
+    for (int page : {1, 16, 64, 128, 5}) {  // d128: gathered rows, one page per tile at 64
+      ServingShape& s = add(KvLayout::kPaged, {3, 1, 40}, {200, 1, 129}, 4, 1,
+                            page == 128 ? 64 : 128, page == 16 ? b16 : f16, causal);
+      s.page_size = page;
     }
-    add(ServingLayout::kPagedCache, {2, 65}, {300, 65}, 2, 1, 64, b16, causal).page_size = 16;
-    add(ServingLayout::kPagedCache, {1, 9}, {130, 9}, 2, 2, 256, f16, causal).page_size = 3;
-    ServingCase& dense_q = add(ServingLayout::kPagedCache, {2, 2}, {70, 2}, 2, 1, 128, f16, causal);
+    add(KvLayout::kPaged, {2, 65}, {300, 65}, 2, 1, 64, b16, causal).page_size = 16;  // d64 gather
+    add(KvLayout::kPaged, {1, 9}, {130, 9}, 2, 2, 256, f16, causal).page_size = 3;
+    ServingShape& dense_q = add(KvLayout::kPaged, {2, 2}, {70, 2}, 2, 1, 128, f16, causal);
     dense_q.packed_q = false, dense_q.page_size = 16, dense_q.append = true, dense_q.seqlen_new = 2;
-    ServingCase& cache = add(ServingLayout::kContiguousCache, {5, 0, 20}, {100, 7, 20}, 2, 2, 256,
-                             f16, causal);
-    cache.append = true;
+    add(KvLayout::kCache, {5, 0, 20}, {100, 7, 20}, 2, 2, 256, f16, causal).append = true;
   }
   const int only = argc > 1 ? std::atoi(argv[1]) : -1;
   int failures = 0;

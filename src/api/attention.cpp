@@ -78,7 +78,7 @@ void run_append(Backend backend, const AttentionArgs& args, const AttentionParam
   }
 #ifdef FLASHCORE_HAS_CUDA
   CurrentDeviceGuard guard(p.device_index);
-  append_kv_cuda(p, *args.k_new, *args.v_new);
+  append_kv_cuda(p, append);
 #endif
 }
 

@@ -1,22 +1,20 @@
-// The kv-cache append of a serving call (flashcore.h, "kv cache"): k_new/v_new written into the
-// cache at position cache_seqlens[b] of each sequence before the attention kernel reads it.
-// Host-compilable (no CUDA types): src/api/attention.cpp calls it for CUDA tensors.
+// The CUDA kv-cache append of a serving call (flashcore.h, "kv cache"): k_new/v_new written into
+// the cache before the attention kernel reads it. Host-compilable (no CUDA types): src/api
+// calls it for CUDA tensors; the host caches' append is src/cpu/append_kv.cpp.
 #pragma once
 
+#include "common/append.h"
 #include "common/params.h"
-#include "flashcore/flashcore.h"
 
 namespace flashcore::detail {
 
-// Copies new token r of sequence b (r < params.appended_k_of(b)) of k_new and v_new to cache
-// slot params.seqused_k[b] + r of params.k / params.v, through the params' addressing (paged or
-// contiguous cache; k_new/v_new dense [batch, seqlen_new, heads_kv, head_dim] or, with
-// params.appends_packed, packed like q [total_q, heads_kv, head_dim]). Asynchronous on
-// params.stream, no host sync. A row whose slot falls outside the cache's capacity
-// (params.seqlen_k), or whose source row falls outside k_new, is dropped: wrong index values
-// give wrong answers, never a write outside the cache. Throws Error for tensors the 16-byte
-// copies cannot serve (a misaligned pointer or stride, a dtype that is not 16-bit).
-void append_kv_cuda(const AttentionParams& params, const TensorView& k_new,
-                    const TensorView& v_new);
+// Copies new token r < AppendParams::rows_of(params, b) of sequence b, every kv head, from
+// k_new/v_new to cache slot AppendParams::first_slot(params, b) + r of params.k / params.v
+// (paged or contiguous, through params.k_offset / v_offset): the rows and slots the host append
+// writes, so both stay inside the cache for any cache_seqlens or page-table values. 16-byte
+// copies, asynchronous on params.stream (no host sync, legal under graph capture). Throws Error
+// for tensors those copies cannot serve (a dtype that is not 16-bit, a pointer or stride that is
+// not a multiple of 16 bytes).
+void append_kv_cuda(const AttentionParams& params, const AppendParams& append);
 
 }  // namespace flashcore::detail

@@ -19,6 +19,13 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t smem_address, const v
                : "memory");
 }
 
+// Copies 4 bytes from global to shared memory (.ca: below 16 bytes cp.async caches in L1 too).
+// For small index tables staged ahead of the loads that read them.
+__device__ __forceinline__ void cp_async_4(uint32_t smem_address, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address), "l"(gmem)
+               : "memory");
+}
+
 // Closes the group of cp.async issued by this thread since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

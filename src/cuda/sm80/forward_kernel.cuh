@@ -58,6 +58,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   const uint32_t smem_q = shared_address(smem);
   const uint32_t smem_k = smem_q + static_cast<uint32_t>(Shape::kQBytes);
   const uint32_t smem_v = smem_k + static_cast<uint32_t>(Shape::kKvBytes);
+  // Past V: what the K/V addressing stages (a paged cache's page-table entries; dense: none).
+  int32_t* const kv_stage = reinterpret_cast<int32_t*>(smem + Shape::kSmemBytes);
 
   // Causal: the last query blocks see the most keys; launch them first so the long CTAs start
   // early and the short ones fill the tail of the wave.
@@ -91,12 +93,17 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
   // Tile n of K (of V) into its buffer; rows past the sequence's end are zero-filled.
   const auto load_k = [&](const Element* head, int n) {
     KvAddress::template load_tile<kBlockN, kHeadDim, kThreads>(
-        smem_k, head, params.k_batch_stride, params.k_row_stride, params, batch, n,
+        smem_k, head, params.k_batch_stride, params.k_row_stride, params, kv_stage, n,
         mask.seqlen_k - n * kBlockN);
   };
   const auto load_v = [&](int n) {
+    // Tile n - 1's staging rides in V_n's group: waited for before K_{n-1} is issued.
+    if (n > tiles.begin) {
+      KvAddress::template stage_next<kBlockN, kThreads>(params, batch, n - 1, mask.seqlen_k,
+                                                        kv_stage);
+    }
     KvAddress::template load_tile<kBlockN, kHeadDim, kThreads>(
-        smem_v, kv_head_base[1], params.v_batch_stride, params.v_row_stride, params, batch, n,
+        smem_v, kv_head_base[1], params.v_batch_stride, params.v_row_stride, params, kv_stage, n,
         mask.seqlen_k - n * kBlockN);
   };
 
@@ -127,6 +134,8 @@ __global__ void __launch_bounds__(Sm80ForwardTraits<kDType, kHeadDim, kCausal>::
     load_tile_async<kBlockM, kHeadDim, kThreads>(smem_q, q_tile, params.q_row_stride,
                                                  mask.seqlen_q - m_begin);
     const int last = tiles.end - 1;
+    KvAddress::template stage_first<kBlockN, kThreads>(params, batch, last, mask.seqlen_k,
+                                                       kv_stage);
     load_k(k_head, last);
     cp_async_commit();
 

@@ -19,10 +19,13 @@ template <DType kDType, int kHeadDim, bool kCausal, bool kPagedKv>
 void launch_sm80_forward(const AttentionParams& params) {
   using Shape = Sm80ForwardTraits<kDType, kHeadDim, kCausal>;
   constexpr auto kernel = sm80_forward_kernel<kDType, kHeadDim, kCausal, kPagedKv>;
-  const int smem_bytes = static_cast<int>(Shape::kSmemBytes);
+  // The tiles, and past them what the K/V addressing stages.
+  constexpr size_t kDynamicSmemBytes =
+      Shape::kSmemBytes + Sm80KvAddress<kPagedKv>::template kStageBytes<Shape::kBlockN>;
+  const int smem_bytes = static_cast<int>(kDynamicSmemBytes);
   // The kernel's static shared memory (two pointers) counts against the same default limit.
   constexpr size_t kStaticSmemMargin = 1024;
-  if (Shape::kSmemBytes + kStaticSmemMargin > Shape::kDefaultSmemLimit) {
+  if (kDynamicSmemBytes + kStaticSmemMargin > Shape::kDefaultSmemLimit) {
     raise_dynamic_smem_limit_once<kernel>(smem_bytes, params.device_index);
   }
   // seqlen_q is the longest sequence's length (max_seqlen_q for packed q): CTAs past a shorter

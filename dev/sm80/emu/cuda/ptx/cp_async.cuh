@@ -11,6 +11,10 @@ inline void cp_async_16_zfill(uint32_t smem_address, const void* gmem, bool vali
     std::memset(smem + smem_address, 0, 16);
   }
 }
+inline void cp_async_4(uint32_t smem_address, const void* gmem) {
+  emu::cp_async_copies.fetch_add(1);
+  std::memcpy(smem + smem_address, gmem, 4);
+}
 inline void cp_async_commit() {}
 template <int kPending>
 inline void cp_async_wait_group() {}
