@@ -36,7 +36,6 @@ the reference's logit for it is within --tie-tolerance (a fraction of the logits
 
 import argparse
 import dataclasses
-import math
 import random
 import time
 
@@ -233,13 +232,16 @@ def decode(llama, pool, running, device):
 
 
 def serve(llama, pool, requests, max_batch, prefill_mode, device):
-    """The continuous-batching loop; fills each Request's tokens. Returns the step count."""
-    waiting, running, step = list(requests), [], 0
+    """The continuous-batching loop; fills each Request's tokens. Returns the step count and
+    the steps at which an arrived request had to wait for pages."""
+    waiting, running, step, page_waits = list(requests), [], 0, 0
     while waiting or running:
         newcomers = []
         while (waiting and waiting[0].arrival_step <= step
-               and len(running) + len(newcomers) < max_batch
-               and pool.can_admit(running + newcomers, waiting[0])):
+               and len(running) + len(newcomers) < max_batch):
+            if not pool.can_admit(running + newcomers, waiting[0]):
+                page_waits += 1
+                break
             newcomers.append(waiting.pop(0))
         if newcomers:
             for request, token in zip(newcomers, prefill(llama, pool, newcomers, prefill_mode,
@@ -252,7 +254,7 @@ def serve(llama, pool, requests, max_batch, prefill_mode, device):
                 request.tokens.append(token)
             running = retire(pool, running)
         step += 1
-    return step
+    return step, page_waits
 
 
 def retire(pool, running):
@@ -343,7 +345,8 @@ def print_report(args, config, requests, report):
           f"{min(new)}-{max(new)}), steps {report['steps']}, generated {report['generated']} "
           f"tokens in {report['seconds']:.3f} s ({report['tokens_per_s']:.0f} tokens/s)")
     print(f"pages used peak {report['pages_peak']} of {report['num_pages']} (page_size "
-          f"{args.page_size}); all returned: {report['pages_returned']}")
+          f"{args.page_size}); steps a request waited for pages: {report['page_waits']}; all "
+          f"returned: {report['pages_returned']}")
     bad = report["mismatches"]
     detail = f"{report['exact']}/{len(requests)} requests identical"
     diverged = len(requests) - report["exact"] - len(bad)
@@ -371,6 +374,9 @@ def main(argv=None):
     requests = make_requests(args.requests, args.max_prompt, args.max_new, args.seed)
     longest = max(r.max_length for r in requests)
     num_pages = args.num_pages or args.max_batch * -(-longest // args.page_size)
+    if num_pages * args.page_size < longest:
+        raise SystemExit(f"--num-pages {num_pages} x --page-size {args.page_size} cannot hold "
+                         f"the longest request ({longest} tokens)")
     pool = PagePool(config, num_pages, args.page_size, dtype, device)
 
     with torch.inference_mode():
@@ -379,7 +385,7 @@ def main(argv=None):
             serve(llama, PagePool(config, 4, 16, dtype, device), warmup, 2, args.prefill, device)
             torch.cuda.synchronize()
         start = time.perf_counter()
-        steps = serve(llama, pool, requests, args.max_batch, args.prefill, device)
+        steps, page_waits = serve(llama, pool, requests, args.max_batch, args.prefill, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -388,8 +394,8 @@ def main(argv=None):
     generated = sum(len(r.tokens) for r in requests)
     report = dict(requests=len(requests), steps=steps, generated=generated, seconds=seconds,
                   tokens_per_s=generated / seconds, pages_peak=pool.peak, num_pages=num_pages,
-                  pages_returned=pool.in_use == 0, exact=exact, near_ties=ties,
-                  worst_gap=worst_gap, mismatches=bad, tokens_match=not bad)
+                  pages_returned=pool.in_use == 0, page_waits=page_waits, exact=exact,
+                  near_ties=ties, worst_gap=worst_gap, mismatches=bad, tokens_match=not bad)
     print_report(args, config, requests, report)
     return report
 

@@ -32,15 +32,19 @@ def _check(report, requests):
     assert 0 < report["pages_peak"] <= report["num_pages"]
 
 
-# Page size 1 is SGLang's token table, 16 vLLM's blocks, 5 a size that divides nothing; a pool
-# of 2 running requests makes requests wait for pages and reuse the ones others returned.
-@pytest.mark.parametrize("page_size,prefill,max_batch", [
-    (1, "varlen", 4), (16, "varlen", 4), (16, "append", 4), (5, "append", 2)])
-def test_cpu_tokens_match(example, capsys, page_size, prefill, max_batch):
-    report = example.main(["--device", "cpu", "--requests", "6", "--page-size", str(page_size),
-                           "--prefill", prefill, "--max-batch", str(max_batch), "--seed", "1"])
-    _check(report, 6)
-    assert report["exact"] == 6  # float32 on CPU: every request identical, no near-tie allowed
+# Page size 1 is SGLang's token table, 16 vLLM's blocks, 5 a size that divides nothing. The last
+# case's pool (24 pages of 5 slots; the longest request needs 9) holds few requests at their
+# longest: newcomers wait for pages, then get the ones finished requests returned.
+@pytest.mark.parametrize("page_size,prefill,num_pages", [
+    (1, "varlen", None), (16, "varlen", None), (16, "append", None), (5, "append", 24)])
+def test_cpu_tokens_match(example, capsys, page_size, prefill, num_pages):
+    args = ["--device", "cpu", "--requests", "10", "--page-size", str(page_size), "--prefill",
+            prefill, "--seed", "1"]
+    report = example.main(args + (["--num-pages", str(num_pages)] if num_pages else []))
+    _check(report, 10)
+    assert report["exact"] == 10  # float32 on CPU: every request identical, no near-tie allowed
+    if num_pages:
+        assert report["page_waits"] > 0, "the small pool never made a request wait"
     assert "tokens match: yes" in capsys.readouterr().out
 
 
