@@ -148,9 +148,10 @@ class FlashCoreLlama:
         self.heads_q, self.heads_kv = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
 
-    def forward(self, tokens, positions, attend):
-        """Logits [T, vocab] of tokens [T] at positions [T]; attend(layer, q, k, v) gets q
-        [T, heads_q, d] and k, v [T, heads_kv, d] after the rotary embedding, returns like q."""
+    def forward(self, tokens, positions, attend, rows=None):
+        """Logits [T, vocab] of tokens [T] at positions [T] (only `rows` of them when given);
+        attend(layer, q, k, v) gets q [T, heads_q, d] and k, v [T, heads_kv, d] after the rotary
+        embedding, returns like q."""
         inner = self.model.model
         hidden = inner.embed_tokens(tokens)
         cos, sin = inner.rotary_emb(hidden, positions[None])
@@ -166,6 +167,8 @@ class FlashCoreLlama:
             out = attend(index, q, k, v)
             hidden = hidden + attn.o_proj(out.reshape(count, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        if rows is not None:
+            hidden = hidden[rows]
         return self.model.lm_head(inner.norm(hidden))
 
 
@@ -201,11 +204,10 @@ def prefill(llama, pool, newcomers, mode, device):
                 q, pool.k[layer], pool.v[layer], empty, page_table=page_table, k=k, v=v,
                 cu_seqlens_q=cu_seqlens, max_seqlen_q=longest, causal=True)
 
-    logits = llama.forward(tokens, positions, attend)
-    last_rows = cu_seqlens[1:].long() - 1
+    logits = llama.forward(tokens, positions, attend, rows=cu_seqlens[1:].long() - 1)
     for request in newcomers:
         request.cached = len(request.prompt)
-    return logits[last_rows].argmax(-1).tolist()
+    return logits.argmax(-1).tolist()  # the next token after each prompt's last one
 
 
 def decode(llama, pool, running, device):
