@@ -85,7 +85,7 @@ def make_requests(count, max_prompt, max_new, seed):
     rng = random.Random(seed)
     requests, step = [], 0
     for rid in range(count):
-        prompt = [rng.randrange(1, 512) for _ in range(rng.randint(1, max_prompt))]
+        prompt = [rng.randrange(1, 512) for _ in range(rng.randint(1, max_prompt))]  # any vocab
         requests.append(Request(rid, prompt, rng.randint(1, max_new), step))
         step += rng.randint(0, 2)
     return requests
