@@ -583,7 +583,7 @@ TEST_F(ServingValidation, PackedLseShape) {
 TEST_F(ServingValidation, Int32QIsRejected) {
   AttentionArgs a = varlen.args();
   for (TensorView* t : {&a.q, &a.k, &a.v, &a.out}) t->dtype = DType::kInt32;
-  EXPECT_ERROR_MENTIONS(a, "dtype of q must be fp16, bf16 or fp32, got int32");
+  EXPECT_ERROR_MENTIONS(a, "dtype of q must be fp16, bf16, fp32 or fp8_e4m3, got int32");
 }
 
 TEST_F(ServingValidation, CuSeqlensValues) {
@@ -685,8 +685,9 @@ TEST_F(ServingValidation, ParamsOfEachLayout) {
 
 TEST_F(ServingValidation, EveryBackendRunsEveryLayout) {
   detail::AttentionParams p = detail::validate_common(paged.args());
-  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM90, p), "");
-  EXPECT_EQ(detail::layout_unsupported_reason(Backend::kSM80, p), "");
+  for (Backend backend : {Backend::kSM90, Backend::kSM80, Backend::kCPU, Backend::kReference}) {
+    EXPECT_EQ(detail::unsupported_reason(backend, p.dtype, detail::serving_layout(p)), "");
+  }
   EXPECT_EQ(detail::layout_name(p), "paged kv cache (packed q) + append");
   EXPECT_EQ(detail::layout_name(detail::validate_common(varlen.args())), "varlen");
   EXPECT_EQ(detail::layout_name(detail::validate_common(contiguous.args())),
