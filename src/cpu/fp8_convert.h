@@ -5,12 +5,13 @@
 // infinities: the codes 0x7F and 0xFF (every exponent and mantissa bit set) are NaN, so the
 // largest finite magnitude is 0x7E = 1.75 * 2^8 = 448.
 //
-// Encoding follows torch's Tensor.to(torch.float8_e4m3fn) and ml_dtypes' float8_e4m3fn (the
-// same semantics): round to nearest, ties to even, on the e4m3 grid; a magnitude that rounds past
-// 448 (anything above 464, the midpoint between 448 and the missing 480; 464 itself ties to 448)
-// and every infinity become NaN with the input's sign, NOT 448: neither library saturates by
-// default. Quantizers that must not produce NaN divide by a scale of amax / 448 first (as FA3's
-// and this library's tests do).
+// Encoding follows torch's Tensor.to(torch.float8_e4m3fn) (c10's fp8e4m3fn_from_fp32_value, read,
+// not copied): round to nearest, ties to even, on the e4m3 grid; a magnitude that rounds past 448
+// (anything above 464, the midpoint between 448 and the missing 480; 464 itself ties to 448) and
+// every infinity become NaN with the input's sign, NOT 448: torch does not saturate. ml_dtypes'
+// float8_e4m3fn is meant to agree (nearest even; overflow to NaN, the type having no infinity);
+// no torch or ml_dtypes was at hand to run the edge cases against. Quantizers that must not
+// produce NaN divide by a scale of amax / 448 first (as FA3's callers and the tests here do).
 #pragma once
 
 #include <cmath>

@@ -76,8 +76,8 @@ TEST(Fp8E4M3, EncodeRoundsToNearestEven) {
   }
 }
 
-// torch's Tensor.to(torch.float8_e4m3fn) and ml_dtypes do not saturate: a magnitude that rounds
-// past 448 is NaN. 464 is the tie between 448 and the missing 480 and goes to 448 (even).
+// torch's Tensor.to(torch.float8_e4m3fn) does not saturate: a magnitude that rounds past 448 is
+// NaN. 464 is the tie between 448 and the missing 480 and goes to 448 (even).
 TEST(Fp8E4M3, EncodeOverflowIsNaNAsInTorch) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(float_to_fp8_e4m3(448.0f), 0x7E);
