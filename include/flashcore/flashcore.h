@@ -14,6 +14,18 @@
 //   GQA/MQA: heads_q a multiple of heads_kv; query head h reads kv head h / (heads_q / heads_kv).
 //   A zero-sized batch, sequence or head count is a valid no-op.
 //
+// FP8 (e4m3fn, as torch.float8_e4m3fn): q, k and v all kFloat8E4M3; out kBFloat16 or kFloat16
+// (its dtype is the output type); lse float32 as always. Optional float32 descale factors
+// q_descale, k_descale, v_descale of shape [batch, heads_kv] (FlashAttention-3's convention; any
+// non-negative strides; on q's device; absent = 1) give the values the call attends over:
+//   q_deq[b, :, h] = float(q[b, :, h]) * q_descale[b][h / (heads_q / heads_kv)]
+//   k_deq[b, :, g] = float(k[b, :, g]) * k_descale[b][g],  v_deq likewise with v_descale
+//   out = softmax(q_deq k_deq^T * softmax_scale) v_deq   (softmax_scale: 1/sqrt(head_dim))
+// float() of an e4m3fn value is exact (no infinities; 0x7F and 0xFF are NaN; the largest finite
+// value is 448). In the serving layouts batch b is sequence b (k_new/v_new are fp8 like the
+// cache). Runs on the cpu and reference backends today; sm80 refuses fp8 (FP8 tensor cores start
+// at sm89), and sm90 reports that it does not run fp8 yet.
+//
 // Serving layouts (docs/serving.md), chosen by which optional arguments are set:
 //   varlen    cu_seqlens_q and cu_seqlens_k: q/out [total_q, heads_q, head_dim] and k/v
 //             [total_k, heads_kv, head_dim] hold the sequences back to back; sequence b is rows
@@ -53,7 +65,9 @@ class Error : public std::runtime_error {
 };
 
 // kInt32 is for the index tensors of the serving layouts (cu_seqlens, page_table, ...) only.
-enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32, kInt32 };
+// kFloat8E4M3 is float8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no inf;
+// 0x7F/0xFF NaN; max 448), for q/k/v (and k_new/v_new) of an FP8 call (see the top of this file).
+enum class DType : uint8_t { kFloat16, kBFloat16, kFloat32, kInt32, kFloat8E4M3 };
 enum class DeviceType : uint8_t { kCPU, kCUDA };
 
 struct Device {
@@ -133,6 +147,14 @@ struct AttentionArgs {
   // cu_seqlens non-decreasing within the tensors, pages in range, caches not overflowed. The
   // FLASHCORE_CHECK_INDICES=1 environment variable turns it on for every call.
   bool check_indices = false;
+
+  // --- FP8 inputs only (q/k/v kFloat8E4M3; see the top of this file) ---
+  // float32 [batch, heads_kv] dequantization factors, per (batch entry or sequence, kv head), any
+  // non-negative strides, on q's device; absent means 1. q_descale is indexed by the kv head of
+  // each query head (h / (heads_q / heads_kv)). Setting one with non-fp8 inputs is an Error.
+  std::optional<TensorView> q_descale;
+  std::optional<TensorView> k_descale;
+  std::optional<TensorView> v_descale;
 };
 
 // Validates every argument (throws Error before anything runs), picks the backend and runs.
@@ -161,7 +183,8 @@ const char* to_string(DType dtype);
 size_t dtype_size(DType dtype);
 // Parses "auto", "reference", "cpu", "sm80", "sm90"; throws Error naming the value otherwise.
 Backend parse_backend(const std::string& name);
-// Parses "fp16"/"float16", "bf16"/"bfloat16", "fp32"/"float32", "int32".
+// Parses "fp16"/"float16", "bf16"/"bfloat16", "fp32"/"float32", "int32" and
+// "fp8"/"fp8_e4m3"/"float8_e4m3fn" (to_string gives "fp8_e4m3").
 DType parse_dtype(const std::string& name);
 
 const char* version();

@@ -1,5 +1,6 @@
 // Which backend runs a call: auto picks sm90 on Hopper when a kernel and TMA-friendly strides
-// exist, then sm80 on Ampere and later, and cpu for host tensors.
+// exist, then sm80 on Ampere and later, and cpu for host tensors. What each CUDA backend's
+// kernels run at all (dtypes, layouts) is said here, in unsupported_reason.
 #include "api/backend.h"
 
 #include <string>
@@ -25,14 +26,48 @@ bool strides_fit_tma(const TensorView& t) {
 
 }  // namespace
 
-// The one switch for the sm90 kernels' serving layouts. They run every layout: packed q/k and
-// contiguous caches as tensor maps over the whole tensor, paged caches in boxes of page runs
-// (cuda/sm90/sequence_layout.h), any page_size.
-std::string sm90_layout_unsupported_reason(const AttentionParams& /*params*/) { return ""; }
+// The one switch for what the sm90 kernels run. Dtypes: fp16 and bf16; fp8_e4m3 waits for its
+// kernel (issue 26: wgmma e4m3 with V transposed in shared memory). Layouts: every one, packed
+// q/k and contiguous caches as tensor maps over the whole tensor, paged caches in boxes of page
+// runs (cuda/sm90/sequence_layout.h), any page_size.
+std::string sm90_unsupported_reason(DType dtype, const ServingLayout& /*layout*/) {
+  if (dtype == DType::kFloat8E4M3) return "backend sm90 does not run fp8_e4m3 yet";
+  return "";
+}
 
-std::string layout_unsupported_reason(Backend backend, const AttentionParams& params) {
-  if (backend == Backend::kSM90) return sm90_layout_unsupported_reason(params);
-  return "";  // cpu, reference and sm80 run every layout
+namespace {
+
+// sm80 (mma.sync, Ampere and later) runs fp16/bf16 in every layout; FP8 tensor cores start at
+// sm89, and the portable kernel has no FP8 path.
+std::string sm80_unsupported_reason(DType dtype, const ServingLayout& /*layout*/) {
+  if (dtype == DType::kFloat8E4M3) {
+    return "dtype fp8_e4m3 needs FP8 tensor cores (sm89+); backend sm80 does not run it";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string unsupported_reason(Backend backend, DType dtype, const ServingLayout& layout) {
+  switch (backend) {
+    case Backend::kSM90: return sm90_unsupported_reason(dtype, layout);
+    case Backend::kSM80: return sm80_unsupported_reason(dtype, layout);
+    default: return "";  // cpu and reference run everything; auto is resolved by the caller
+  }
+}
+
+void check_cuda_backends_run(Backend requested, DType dtype, const ServingLayout& layout) {
+  if (is_cuda_backend(requested)) {
+    const std::string reason = unsupported_reason(requested, dtype, layout);
+    if (!reason.empty()) throw Error(reason + " (this call is " + layout_name(layout) + ")");
+    return;
+  }
+  if (requested != Backend::kAuto) return;
+  const std::string sm90 = unsupported_reason(Backend::kSM90, dtype, layout);
+  const std::string sm80 = unsupported_reason(Backend::kSM80, dtype, layout);
+  if (sm90.empty() || sm80.empty()) return;  // auto picks the one that runs it
+  throw Error(sm90 + "; sm80: " + sm80 + " (this call is " + layout_name(layout) +
+              " on CUDA tensors; the cpu and reference backends run it on host tensors)");
 }
 
 namespace {
@@ -41,7 +76,7 @@ namespace {
 std::string why_not(Backend backend, const AttentionParams& params, const AttentionArgs& args) {
   std::string reason = backend_unavailable_reason(backend, params.device_index);
   if (!reason.empty()) return reason;
-  reason = layout_unsupported_reason(backend, params);
+  reason = unsupported_reason(backend, params.dtype, serving_layout(params));
   if (!reason.empty()) return reason + " (this call is " + layout_name(params) + ")";
   if (find_kernel(backend, params.dtype, params.head_dim, params.causal) == nullptr) {
     return std::string("no kernel compiled for ") + to_string(params.dtype) + " head_dim=" +
@@ -58,13 +93,11 @@ std::string why_not(Backend backend, const AttentionParams& params, const Attent
 }  // namespace
 
 Backend choose_backend(const AttentionParams& params, const AttentionArgs& args) {
+  if (args.q.device.type == DeviceType::kCUDA) {  // said first, the same on every machine
+    check_cuda_backends_run(args.backend, params.dtype, serving_layout(params));
+  }
   if (args.backend != Backend::kAuto) {
     validate_for_backend(params, args.backend);
-    const std::string reason = layout_unsupported_reason(args.backend, params);
-    if (!reason.empty()) {
-      throw Error(std::string("backend ") + to_string(args.backend) + " cannot run this call's " +
-                  layout_name(params) + " layout: " + reason);
-    }
     return args.backend;
   }
   if (args.q.device.type == DeviceType::kCPU) return Backend::kCPU;

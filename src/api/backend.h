@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "api/validate_serving.h"
 #include "common/params.h"
 #include "flashcore/flashcore.h"
 
@@ -12,9 +13,17 @@ namespace flashcore::detail {
 // what is missing when no backend can run the call.
 Backend choose_backend(const AttentionParams& params, const AttentionArgs& args);
 
-// Why `backend` cannot run the call's sequence layout (varlen, kv cache, paged), or "" when it
-// can. cpu, reference and sm80 run them all; sm90's answer is sm90_layout_unsupported_reason.
-std::string layout_unsupported_reason(Backend backend, const AttentionParams& params);
-std::string sm90_layout_unsupported_reason(const AttentionParams& params);
+// Why `backend` cannot run calls of this input dtype and sequence layout, as a whole sentence, or
+// "" when it can. These are facts about the backend's kernels, not about this machine (that is
+// backend_unavailable_reason). cpu and reference run every dtype and layout; sm80 runs every
+// layout in fp16/bf16; sm90's answer is sm90_unsupported_reason, the one place that says what the
+// sm90 kernels run.
+std::string unsupported_reason(Backend backend, DType dtype, const ServingLayout& layout);
+std::string sm90_unsupported_reason(DType dtype, const ServingLayout& layout);
+
+// Throws when no CUDA backend that `requested` allows (an explicit sm80/sm90, or both for auto)
+// runs this dtype and layout: an explicit backend gives its own reason, auto the reason of sm90
+// (first) and sm80. Never a silent fallback to a backend the caller did not ask for.
+void check_cuda_backends_run(Backend requested, DType dtype, const ServingLayout& layout);
 
 }  // namespace flashcore::detail

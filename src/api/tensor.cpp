@@ -92,12 +92,20 @@ const char* to_string(DType dtype) {
     case DType::kBFloat16: return "bf16";
     case DType::kFloat32: return "fp32";
     case DType::kInt32: return "int32";
+    case DType::kFloat8E4M3: return "fp8_e4m3";
   }
   return "unknown";
 }
 
 size_t dtype_size(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 2;
+  switch (dtype) {
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kFloat8E4M3: return 1;
+  }
+  return 0;
 }
 
 Backend parse_backend(const std::string& name) {
@@ -113,8 +121,10 @@ DType parse_dtype(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBFloat16;
   if (name == "fp32" || name == "float32") return DType::kFloat32;
   if (name == "int32") return DType::kInt32;
+  if (name == "fp8" || name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::kFloat8E4M3;
   throw Error("unknown dtype '" + name +
-              "'; expected one of: fp16 (float16), bf16 (bfloat16), fp32 (float32), int32");
+              "'; expected one of: fp16 (float16), bf16 (bfloat16), fp32 (float32), int32, "
+              "fp8 (fp8_e4m3, float8_e4m3fn)");
 }
 
 const char* version() { return FLASHCORE_VERSION; }

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <sstream>
 
+#include "api/backend.h"
 #include "api/kernel_registry.h"
 #include "api/tensor_checks.h"
+#include "api/validate_fp8.h"
 #include "api/validate_serving.h"
 
 #ifdef FLASHCORE_HAS_CUDA
@@ -102,9 +104,11 @@ void check_device_pointers(const AttentionArgs& args) {
                              optional(args.cu_seqlens_q), optional(args.cu_seqlens_k),
                              optional(args.seqused_k), optional(args.cache_seqlens),
                              optional(args.page_table), optional(args.k_new),
-                             optional(args.v_new)};
+                             optional(args.v_new), optional(args.q_descale),
+                             optional(args.k_descale), optional(args.v_descale)};
   const char* names[] = {"q", "k", "v", "out", "lse", "cu_seqlens_q", "cu_seqlens_k",
-                         "seqused_k", "cache_seqlens", "page_table", "k_new", "v_new"};
+                         "seqused_k", "cache_seqlens", "page_table", "k_new", "v_new",
+                         "q_descale", "k_descale", "v_descale"};
   constexpr int kChecked = sizeof(all) / sizeof(all[0]);
   const void* good[kChecked] = {};  // pointers already known to be device memory
   int num_good = 0;
@@ -190,15 +194,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   check_same_device("q", q, "v", v);
   check_same_device("q", q, "out", out);
 
-  if (q.dtype == DType::kInt32) {
-    fail("dtype of q must be fp16, bf16 or fp32, got int32 (int32 is for the index tensors)");
-  }
-  for (auto [name, t] : {std::pair{"k", &k}, {"v", &v}, {"out", &out}}) {
-    if (t->dtype != q.dtype) {
-      fail(std::string("dtype of ") + name + " (" + to_string(t->dtype) +
-           ") does not match dtype of q (" + to_string(q.dtype) + ")");
-    }
-  }
+  check_dtypes(args);
 
   const int64_t heads_q = shape.heads_q, heads_kv = shape.heads_kv, head_dim = shape.head_dim;
   if (heads_kv == 0 && heads_q != 0) {
@@ -215,6 +211,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   check_no_overlap("out", out, "k", k);
   check_no_overlap("out", out, "v", v);
   if (args.lse) check_lse(args, shape);
+  check_descales(args, shape.batch, heads_kv);
   if (!layout.dense()) check_serving_overlaps(args, layout);
   check_workspace(args);
 
@@ -252,6 +249,9 @@ AttentionParams validate_common(const AttentionArgs& args) {
       check_cuda_alignment(name, *t, shape.kv_dims);
     }
     check_serving_cuda_alignment(args, layout);
+    // What a CUDA backend's kernels cannot run at all (fp8 today) is said before whether this
+    // machine has the backend, so the answer is the same everywhere.
+    check_cuda_backends_run(args.backend, q.dtype, layout);
 #ifdef FLASHCORE_HAS_CUDA
     // An explicit backend that cannot run says so before the pointer checks, which would only
     // report the symptom ("not device memory") when there is no device at all.
@@ -278,6 +278,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
   p.out = out.data;
   p.lse = args.lse ? static_cast<float*>(args.lse->data) : nullptr;
   p.dtype = q.dtype;
+  fill_fp8_params(args, p);  // out_dtype, descales
   p.batch = static_cast<int>(shape.batch);
   p.seqlen_q = static_cast<int>(shape.seqlen_q);
   p.seqlen_k = static_cast<int>(shape.seqlen_k);

@@ -124,6 +124,10 @@ void check_new_kv(const AttentionArgs& args, const ServingLayout& layout, const 
   check_tensor("v_new", v_new, dims);
   check_same_shape("k_new", k_new, "v_new", v_new);
   for (auto [name, t] : {std::pair{"k_new", &k_new}, {"v_new", &v_new}}) {
+    if (args.k.dtype == DType::kFloat8E4M3 && t->dtype != args.k.dtype) {
+      fail(std::string(name) + " must be fp8_e4m3 like the cache it is appended to (k, v), got " +
+           to_string(t->dtype));
+    }
     if (t->dtype != args.q.dtype) {
       fail(std::string("dtype of ") + name + " (" + to_string(t->dtype) +
            ") does not match dtype of q (" + to_string(args.q.dtype) + ")");
@@ -195,15 +199,17 @@ std::string layout_name(const ServingLayout& layout) {
   return name;
 }
 
-std::string layout_name(const AttentionParams& p) {
+ServingLayout serving_layout(const AttentionParams& p) {
   ServingLayout layout;
   layout.packed_q = p.cu_seqlens_q != nullptr;
   layout.packed_kv = p.cu_seqlens_k != nullptr;
   layout.paged = p.page_table != nullptr;
   layout.cache = layout.paged || (p.seqused_k != nullptr && !layout.packed_kv);
   layout.append = p.seqlen_new > 0 || p.appends_packed;
-  return layout_name(layout);
+  return layout;
 }
+
+std::string layout_name(const AttentionParams& p) { return layout_name(serving_layout(p)); }
 
 CallShape check_serving_shapes(const AttentionArgs& args, const ServingLayout& layout) {
   const TensorView &q = args.q, &k = args.k, &v = args.v, &out = args.out;

@@ -27,6 +27,8 @@ struct ServingLayout {
 };
 
 ServingLayout serving_layout(const AttentionArgs& args);
+// The layout of validated params (the same answer as for the args they came from).
+ServingLayout serving_layout(const AttentionParams& params);
 
 // "dense", "varlen", "kv cache", "paged kv cache", with " (packed q)" / " + append".
 std::string layout_name(const ServingLayout& layout);

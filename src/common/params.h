@@ -33,7 +33,11 @@ struct AttentionParams {
   void* out = nullptr;
   float* lse = nullptr;  // nullptr when the caller asked for no lse
 
-  DType dtype = DType::kFloat16;
+  DType dtype = DType::kFloat16;  // of q, k and v (and k_new/v_new)
+  // Of out: the input dtype, except for fp8 inputs (bf16 or fp16). Backends read it through
+  // output_dtype(), which ignores it for non-fp8 inputs, so params built field by field (tests,
+  // dev/ tools) that set only `dtype` keep writing out in that dtype.
+  DType out_dtype = DType::kFloat16;
   int batch = 0;
   int seqlen_q = 0;
   int seqlen_k = 0;
@@ -94,7 +98,35 @@ struct AttentionParams {
   int page_size = 0;
   int num_pages = 0;
 
+  // --- FP8 dequantization factors (fp8 inputs only): float32 [batch, heads_kv], indexed by
+  // (batch entry or sequence, kv head); nullptr means 1. Strides in elements. Read them only
+  // through descale() / q_descale_of() / k_descale_of() / v_descale_of(). ---
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t q_descale_batch_stride = 0, q_descale_head_stride = 0;
+  int64_t k_descale_batch_stride = 0, k_descale_head_stride = 0;
+  int64_t v_descale_batch_stride = 0, v_descale_head_stride = 0;
+
   // --- accessors: the only way kernels learn lengths, groupings and offsets ---
+  FC_HOST_DEVICE DType output_dtype() const {
+    return dtype == DType::kFloat8E4M3 ? out_dtype : dtype;
+  }
+  // base[b][kv_head] through the strides, or 1 when the factor is absent.
+  FC_HOST_DEVICE static float descale(const float* base, int64_t batch_stride,
+                                      int64_t head_stride, int b, int kv_head) {
+    return base == nullptr ? 1.0f : base[b * batch_stride + kv_head * head_stride];
+  }
+  // q's factor is per kv head too: query head h uses q_descale_of(b, kv_head_of(h)).
+  FC_HOST_DEVICE float q_descale_of(int b, int kv_head) const {
+    return descale(q_descale, q_descale_batch_stride, q_descale_head_stride, b, kv_head);
+  }
+  FC_HOST_DEVICE float k_descale_of(int b, int kv_head) const {
+    return descale(k_descale, k_descale_batch_stride, k_descale_head_stride, b, kv_head);
+  }
+  FC_HOST_DEVICE float v_descale_of(int b, int kv_head) const {
+    return descale(v_descale, v_descale_batch_stride, v_descale_head_stride, b, kv_head);
+  }
   FC_HOST_DEVICE static int clamp_int(int value, int low, int high) {
     return value < low ? low : (value > high ? high : value);
   }
