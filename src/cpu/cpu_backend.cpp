@@ -113,8 +113,9 @@ void load_kv_block(const AttentionParams& p, int b, int kv_head, int n_begin, in
 }
 
 // Turns row i of S into P in place (masked and padding keys get 0) and updates max/sum. Only the
-// first `visible` scores are read: a masked key's score may be NaN or Inf (from K).
-void softmax_row(const AttentionParams& p, int visible, int i, Workspace& w) {
+// first `visible` scores are read: a masked key's score may be NaN or Inf (from K). score_scale
+// is the softmax scale times, for fp8 inputs, q's and k's descales.
+void softmax_row(float score_scale, int visible, int i, Workspace& w) {
   float* s = &w.s[size_t(i) * kKeyBlock];
   if (visible == 0) {
     std::fill(s, s + kKeyBlock, 0.0f);
@@ -122,7 +123,7 @@ void softmax_row(const AttentionParams& p, int visible, int i, Workspace& w) {
     return;
   }
   float block_max = kNegInf;
-  for (int j = 0; j < visible; ++j) block_max = std::max(block_max, s[j] *= p.softmax_scale);
+  for (int j = 0; j < visible; ++j) block_max = std::max(block_max, s[j] *= score_scale);
   const float new_max = std::max(w.row_max[i], block_max);
   w.correction[i] = std::exp(w.row_max[i] - new_max);  // exp(-inf) = 0 on the first block
   float block_sum = 0;
@@ -165,6 +166,12 @@ void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace
   if (m_end <= m_begin) return;  // past the end of a shorter sequence of a packed batch
   const int rows = m_end - m_begin, rows_pad = round_up(rows, kTileRows);
   const int kv_head = p.kv_head_of(h), offset = p.causal_offset(b);
+  // fp8: S is computed on the stored e4m3 values (their products are exact in float) and the
+  // descales are folded into the score scale and the output, as an FP8 kernel applies them;
+  // the math is the attention of the dequantized inputs. Other dtypes: both factors are 1.
+  const float score_scale =
+      p.softmax_scale * p.q_descale_of(b, kv_head) * p.k_descale_of(b, kv_head);
+  const float out_scale = p.v_descale_of(b, kv_head);
 
   for (int i = 0; i < rows; ++i) {
     const int64_t q_offset = p.q_offset(b, m_begin + i, h);
@@ -192,7 +199,7 @@ void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace
       int visible = keys;
       if (p.causal) visible = std::clamp(m_begin + i + offset + 1 - n_begin, 0, keys);
       w.visible[i] = visible;
-      softmax_row(p, visible, i, w);
+      softmax_row(score_scale, visible, i, w);
       float* o = &w.o[size_t(i) * d_pad];
       for (int c = 0; c < d; ++c) o[c] *= w.correction[i];
     }
@@ -202,10 +209,11 @@ void attend_block(const AttentionParams& p, int b, int h, int m_begin, Workspace
   for (int i = 0; i < rows; ++i) {
     const int row = m_begin + i;
     const bool empty = w.row_sum[i] == 0.0f;
-    const float inverse = empty ? 0.0f : 1.0f / w.row_sum[i];
+    const float inverse = empty ? 0.0f : out_scale / w.row_sum[i];
     const int64_t o_offset = p.o_offset(b, row, h);
+    const DType out_dtype = p.output_dtype();
     for (int c = 0; c < d; ++c) {
-      store_element(p.dtype, p.out, o_offset + c, w.o[size_t(i) * d_pad + c] * inverse);
+      store_element(out_dtype, p.out, o_offset + c, w.o[size_t(i) * d_pad + c] * inverse);
     }
     if (p.lse != nullptr) {
       p.lse[p.lse_offset(b, h, row)] = empty ? kNegInf : w.row_max[i] + std::log(w.row_sum[i]);

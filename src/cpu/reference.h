@@ -15,7 +15,9 @@ enum class ReferenceMode {
   kFloat64,   // everything in double: the oracle
   // A naive implementation in the input precision: scores, max, sum and lse in float32 (as a
   // tensor-core GEMM with fp32 accumulation gives them), P = softmax rounded to the dtype,
-  // out accumulated in float32 and rounded to the dtype.
+  // out accumulated in float32 and rounded to the dtype. fp8 inputs: P = exp(s - max)
+  // unnormalized, rounded to e4m3 for P V, divided by the float32 sum of the unrounded P at
+  // the end, out rounded to the output dtype (reference.cpp, row_baseline_fp8).
   kBaseline,
 };
 
@@ -33,7 +35,8 @@ struct ReferenceResult {
 ReferenceResult reference_attention(const AttentionParams& params, const std::vector<int>& rows,
                                     ReferenceMode mode);
 
-// Backend::kReference: the float64 oracle writing out (rounded to the dtype) and lse (float).
+// Backend::kReference: the float64 oracle writing out (rounded to the output dtype) and lse
+// (float). fp8 inputs are dequantized exactly (float(x) * descale in double).
 void run_reference_backend(const AttentionParams& params);
 
 }  // namespace flashcore::detail

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cpu/element_io.h"
+#include "cpu/fp8_convert.h"
 #include "cpu/reference.h"
 
 namespace flashcore::testing {
@@ -36,6 +37,18 @@ detail::AttentionParams contiguous_params(const ProblemShape& s, const HostTenso
   p.k_batch_stride = p.v_batch_stride = p.k_row_stride * s.seqlen_k;
   p.set_softmax_scale(s.scale());
   p.causal = s.causal;
+  p.out_dtype = s.output_dtype();
+  // [batch, heads_kv] contiguous descales (fp8 only; empty: absent, i.e. 1).
+  auto descales = [&](const std::vector<float>& values, const float*& data, int64_t& batch_stride,
+                      int64_t& head_stride) {
+    if (values.empty()) return;
+    data = values.data();
+    batch_stride = s.heads_kv;
+    head_stride = 1;
+  };
+  descales(in.q_descale, p.q_descale, p.q_descale_batch_stride, p.q_descale_head_stride);
+  descales(in.k_descale, p.k_descale, p.k_descale_batch_stride, p.k_descale_head_stride);
+  descales(in.v_descale, p.v_descale, p.v_descale_batch_stride, p.v_descale_head_stride);
   return p;
 }
 
@@ -72,9 +85,16 @@ double element_error(double got, double want, bool* nonfinite) {
 std::string ProblemShape::describe() const {
   std::ostringstream text;
   text << "b" << batch << " sq" << seqlen_q << " sk" << seqlen_k << " hq" << heads_q << " hkv"
-       << heads_kv << " d" << head_dim << " " << to_string(dtype) << (causal ? " causal" : "");
+       << heads_kv << " d" << head_dim << " " << to_string(dtype);
+  if (output_dtype() != dtype) text << "->" << to_string(output_dtype());
+  text << (causal ? " causal" : "");
   if (softmax_scale) text << " scale" << *softmax_scale;
   return text.str();
+}
+
+DType ProblemShape::output_dtype() const {
+  if (dtype != DType::kFloat8E4M3) return dtype;
+  return out_dtype.value_or(DType::kBFloat16);
 }
 
 float ProblemShape::scale() const {
@@ -97,6 +117,23 @@ double ProblemShape::flops() const {
 HostTensors make_random_inputs(const ProblemShape& s, uint64_t seed, float stddev) {
   std::mt19937_64 generator(seed);
   std::normal_distribution<float> normal(0.0f, stddev);
+  const size_t q_count = size_t(s.batch) * s.seqlen_q * s.heads_q * s.head_dim;
+  const size_t kv_count = size_t(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim;
+  HostTensors inputs;
+  if (s.dtype == DType::kFloat8E4M3) {
+    auto draw = [&](size_t count) {
+      std::vector<float> values(count);
+      for (float& x : values) x = normal(generator);
+      return values;
+    };
+    quantize_fp8_e4m3(draw(q_count), s.batch, s.seqlen_q, s.heads_q, s.heads_kv, s.head_dim,
+                      inputs.q, inputs.q_descale);
+    quantize_fp8_e4m3(draw(kv_count), s.batch, s.seqlen_k, s.heads_kv, s.heads_kv, s.head_dim,
+                      inputs.k, inputs.k_descale);
+    quantize_fp8_e4m3(draw(kv_count), s.batch, s.seqlen_k, s.heads_kv, s.heads_kv, s.head_dim,
+                      inputs.v, inputs.v_descale);
+    return inputs;
+  }
   const size_t element_bytes = dtype_size(s.dtype);
   auto fill = [&](std::vector<uint8_t>& bytes, size_t count) {
     bytes.resize(count * element_bytes);
@@ -104,11 +141,37 @@ HostTensors make_random_inputs(const ProblemShape& s, uint64_t seed, float stdde
       from_float(s.dtype, normal(generator), &bytes[i * element_bytes]);
     }
   };
-  HostTensors inputs;
-  fill(inputs.q, size_t(s.batch) * s.seqlen_q * s.heads_q * s.head_dim);
-  fill(inputs.k, size_t(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim);
-  fill(inputs.v, size_t(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim);
+  fill(inputs.q, q_count);
+  fill(inputs.k, kv_count);
+  fill(inputs.v, kv_count);
   return inputs;
+}
+
+void quantize_fp8_e4m3(const std::vector<float>& values, int batch, int seqlen, int heads,
+                       int heads_kv, int head_dim, std::vector<uint8_t>& codes,
+                       std::vector<float>& descales) {
+  const int group = heads_kv > 0 ? heads / heads_kv : 0;
+  codes.assign(values.size(), 0);
+  descales.assign(size_t(batch) * heads_kv, 1.0f);
+  auto index = [&](int b, int row, int h) {
+    return ((size_t(b) * seqlen + row) * heads + h) * head_dim;
+  };
+  for (int b = 0; b < batch; ++b) {
+    for (int g = 0; g < heads_kv; ++g) {
+      // Every element of the (b, kv head) block: the rows of its query (or its own) heads.
+      auto for_block = [&](auto&& visit) {
+        for (int row = 0; row < seqlen; ++row)
+          for (int h = g * group; h < (g + 1) * group; ++h)
+            for (int c = 0; c < head_dim; ++c) visit(index(b, row, h) + c);
+      };
+      float amax = 0;
+      for_block([&](size_t i) { amax = std::max(amax, std::fabs(values[i])); });
+      // x / descale is at most 448 (or a rounding above it that still rounds to 448).
+      const float descale = amax > 0 ? amax / detail::kFp8E4M3Max : 1.0f;
+      descales[size_t(b) * heads_kv + g] = descale;
+      for_block([&](size_t i) { codes[i] = detail::float_to_fp8_e4m3(values[i] / descale); });
+    }
+  }
 }
 
 std::vector<int> sample_rows(int seqlen_q, int max_rows) {
@@ -166,7 +229,8 @@ AccuracyReport check_accuracy(const ProblemShape& s, const HostTensors& inputs,
   auto base = detail::reference_attention(p, rows, detail::ReferenceMode::kBaseline);
   const int d = s.head_dim, num_rows = int(rows.size());
   const auto* out_bytes = static_cast<const uint8_t*>(out_host);
-  const size_t element_bytes = dtype_size(s.dtype);
+  const DType out_dtype = s.output_dtype();
+  const size_t element_bytes = dtype_size(out_dtype);
 
   WorstTracker out_worst, lse_worst;
   double baseline_out = 0, baseline_lse = 0;
@@ -177,7 +241,7 @@ AccuracyReport check_accuracy(const ProblemShape& s, const HostTensors& inputs,
         const size_t out_index = ((size_t(b) * s.seqlen_q + rows[r]) * s.heads_q + h) * d;
         for (int c = 0; c < d; ++c) {
           const double want = ref.out[ref_index + c];
-          const double got = to_float(s.dtype, out_bytes + (out_index + c) * element_bytes);
+          const double got = to_float(out_dtype, out_bytes + (out_index + c) * element_bytes);
           bool unused = false;
           baseline_out = std::max(baseline_out, element_error(base.out[ref_index + c], want, &unused));
           out_worst.add(element_error(got, want, &report.nonfinite), got, want, [&] {
@@ -200,7 +264,8 @@ AccuracyReport check_accuracy(const ProblemShape& s, const HostTensors& inputs,
   }
   report.max_err_out = out_worst.max_err;
   report.baseline_err_out = baseline_out;
-  report.tol_out = 2 * baseline_out + kOutAbsoluteSlack;
+  const bool fp8 = s.dtype == DType::kFloat8E4M3;
+  report.tol_out = 2 * baseline_out + (fp8 ? kFp8OutAbsoluteSlack : kOutAbsoluteSlack);
   bool pass = !report.nonfinite && report.max_err_out <= report.tol_out;
   if (lse_host != nullptr) {
     report.max_err_lse = lse_worst.max_err;

@@ -26,7 +26,11 @@ struct ProblemShape {
   DType dtype = DType::kFloat16;
   bool causal = false;
   std::optional<float> softmax_scale;  // default 1/sqrt(head_dim)
+  // Of out, for fp8 inputs only: bf16 (the default) or fp16. Other dtypes write out in dtype.
+  std::optional<DType> out_dtype;
 
+  // The dtype out is written in.
+  DType output_dtype() const;
   // "b2 sq17 sk65 hq8 hkv2 d128 bf16 causal" for failure messages and tables.
   std::string describe() const;
   float scale() const;
@@ -34,17 +38,30 @@ struct ProblemShape {
   double flops() const;
 };
 
-// Contiguous BSHD host tensors holding the dtype's bits (2 bytes per element for fp16/bf16).
+// Contiguous BSHD host tensors holding the dtype's bits (2 bytes per element for fp16/bf16, 1
+// for fp8), and for fp8 the float32 [batch, heads_kv] descales (empty for other dtypes).
 struct HostTensors {
   std::vector<uint8_t> q, k, v;
+  std::vector<float> q_descale, k_descale, v_descale;
 };
 
-// Fresh normal(0, stddev) inputs rounded to the dtype, deterministic in `seed`.
+// Fresh normal(0, stddev) inputs rounded to the dtype, deterministic in `seed`. fp8: quantized
+// per (batch, kv head) as FP8 callers do, with descale = amax / 448 over the block (q: the
+// query heads of that kv head, every row) and e4m3 = round(x / descale).
 HostTensors make_random_inputs(const ProblemShape& shape, uint64_t seed, float stddev = 1.0f);
+
+// values (float [batch, seqlen, heads, head_dim]) to e4m3 bytes with one descale per (batch, kv
+// head) = amax / 448 of that block (1 for an all-zero block); descales [batch, heads_kv].
+void quantize_fp8_e4m3(const std::vector<float>& values, int batch, int seqlen, int heads,
+                       int heads_kv, int head_dim, std::vector<uint8_t>& codes,
+                       std::vector<float>& descales);
 
 // Query rows to check: all rows when seqlen_q <= max_rows, else a spread that always includes
 // the first and last rows and the rows around tile boundaries (63, 64, 65, 127, 128, ...).
 std::vector<int> sample_rows(int seqlen_q, int max_rows);
+
+// The FP8 rule's absolute slack on out (issue 26: max err <= 2x the fp8 baseline's + 1e-3).
+inline constexpr double kFp8OutAbsoluteSlack = 1e-3;
 
 struct AccuracyReport {
   bool pass = false;
@@ -57,7 +74,9 @@ struct AccuracyReport {
   std::string summary() const;  // one line: errors, tolerances, worst element
 };
 
-// out_host: contiguous BSHD in shape.dtype; lse_host: float32 [b, hq, sq] or nullptr to skip.
+// out_host: contiguous BSHD in shape.output_dtype(); lse_host: float32 [b, hq, sq] or nullptr
+// to skip. fp8 inputs are judged by issue 26's FP8 rule: the fp8 baseline (reference.h) and an
+// absolute slack of 1e-3 on out (kFp8OutAbsoluteSlack); lse keeps the 1e-4 of BENCHMARKS.md.
 AccuracyReport check_accuracy(const ProblemShape& shape, const HostTensors& inputs,
                               const void* out_host, const float* lse_host,
                               const std::vector<int>& rows);

@@ -58,8 +58,18 @@ std::string ServingShape::describe() const {
   if (seqused) text << " seqused";
   text << " q" << lengths_text(q_lens) << " k" << lengths_text(k_lens) << " hq" << heads_q
        << " hkv" << heads_kv << " d" << head_dim << " "
-       << flashcore::to_string(dtype) << (causal ? " causal" : "");
+       << flashcore::to_string(dtype);
+  if (output_dtype() != dtype) {
+    text << "->" << flashcore::to_string(output_dtype());
+  }
+  text << (causal ? " causal" : "");
   return text.str();
+}
+
+DType ServingShape::output_dtype() const {
+  ProblemShape s;
+  s.dtype = dtype, s.out_dtype = out_dtype;
+  return s.output_dtype();
 }
 
 ProblemShape ServingShape::sequence(int b) const {
@@ -67,6 +77,7 @@ ProblemShape ServingShape::sequence(int b) const {
   s.batch = 1, s.seqlen_q = q_lens[b], s.seqlen_k = k_lens[b];
   s.heads_q = heads_q, s.heads_kv = heads_kv, s.head_dim = head_dim;
   s.dtype = dtype, s.causal = causal;
+  s.out_dtype = out_dtype;
   return s;
 }
 
@@ -141,6 +152,10 @@ ServingBytes serving_bytes(const ServingShape& s, const ServingIndices& ix) {
   bytes.q = size_t(ix.total_q) * s.heads_q * s.head_dim * element;
   bytes.k = size_t(ix.kv_rows) * kv_row_bytes(s);
   bytes.lse = size_t(ix.total_q) * s.heads_q * sizeof(float);
+  bytes.out = bytes.q / element * dtype_size(s.output_dtype());
+  if (s.dtype == DType::kFloat8E4M3) {
+    bytes.descale = size_t(s.batch()) * s.heads_kv * sizeof(float);
+  }
   if (s.append) {
     size_t rows = 0;
     for (int b = 0; b < s.batch(); ++b) rows += s.new_of(b);
@@ -151,19 +166,19 @@ ServingBytes serving_bytes(const ServingShape& s, const ServingIndices& ix) {
 
 AttentionArgs serving_args(const ServingShape& s, const ServingIndices& ix,
                            const ServingPointers& at, Device device, Backend backend) {
-  const DType dt = s.dtype;
+  const DType dt = s.dtype, out_dt = s.output_dtype();
   const int64_t hq = s.heads_q, hkv = s.heads_kv, d = s.head_dim, batch = s.batch();
   AttentionArgs a;
   if (s.q_is_packed()) {
     a.q = make_tensor(at.q, dt, device, {ix.total_q, hq, d});
-    a.out = make_tensor(at.out, dt, device, {ix.total_q, hq, d});
+    a.out = make_tensor(at.out, out_dt, device, {ix.total_q, hq, d});
     a.lse = make_tensor(at.lse, DType::kFloat32, device, {hq, ix.total_q});
     a.cu_seqlens_q = make_tensor(at.cu_q, DType::kInt32, device, {batch + 1});
     a.max_seqlen_q = batch ? *std::max_element(s.q_lens.begin(), s.q_lens.end()) : 0;
   } else {
     const int64_t sq = batch ? s.q_lens[0] : 0;
     a.q = make_tensor(at.q, dt, device, {batch, sq, hq, d});
-    a.out = make_tensor(at.out, dt, device, {batch, sq, hq, d});
+    a.out = make_tensor(at.out, out_dt, device, {batch, sq, hq, d});
     a.lse = make_tensor(at.lse, DType::kFloat32, device, {batch, hq, sq});
   }
   switch (s.kv) {
@@ -195,6 +210,15 @@ AttentionArgs serving_args(const ServingShape& s, const ServingIndices& ix,
       a.v_new = make_tensor(at.v_new, dt, device, {batch, s.seqlen_new, hkv, d});
     }
   }
+  if (dt == DType::kFloat8E4M3) {
+    auto descale = [&](float* data) {
+      return data ? std::optional(make_tensor(data, DType::kFloat32, device, {batch, hkv}))
+                  : std::nullopt;
+    };
+    a.q_descale = descale(at.q_descale);
+    a.k_descale = descale(at.k_descale);
+    a.v_descale = descale(at.v_descale);
+  }
   a.causal = s.causal;
   a.backend = backend;
   return a;
@@ -208,8 +232,17 @@ ServingProblem::ServingProblem(const ServingShape& shape, uint64_t seed, float s
   for (int b = 0; b < batch; ++b) {
     inputs_.push_back(make_random_inputs(s_.sequence(b), seed + 101 * b, stddev));
   }
-  for (int b = 0; b < batch; ++b) append_bytes(q_, inputs_[b].q);
-  out_.assign(q_.size(), kNaNByte);
+  for (int b = 0; b < batch; ++b) {
+    append_bytes(q_, inputs_[b].q);
+    // fp8: sequence b's own [1, heads_kv] descales are row b of the batch's.
+    for (auto [all, own] : {std::pair{&q_descale_, &inputs_[b].q_descale},
+                            {&k_descale_, &inputs_[b].k_descale},
+                            {&v_descale_, &inputs_[b].v_descale}}) {
+      all->insert(all->end(), own->begin(), own->end());
+    }
+  }
+  out_row_bytes_ = size_t(s_.heads_q) * s_.head_dim * dtype_size(s_.output_dtype());
+  out_.assign(size_t(ix_.total_q) * out_row_bytes_, kNaNByte);
   lse_.resize(size_t(ix_.total_q) * s_.heads_q);
   std::memset(lse_.data(), kNaNByte, lse_.size() * sizeof(float));
   fill_keys();
@@ -256,6 +289,10 @@ ServingPointers ServingProblem::host_pointers() {
   at.q = q_.data(), at.out = out_.data(), at.k = k_.data(), at.v = v_.data();
   at.k_new = k_new_.data(), at.v_new = v_new_.data();
   at.lse = lse_.data();
+  if (!q_descale_.empty()) {
+    at.q_descale = q_descale_.data(), at.k_descale = k_descale_.data();
+    at.v_descale = v_descale_.data();
+  }
   at.cu_q = ix_.cu_q.data(), at.cu_k = ix_.cu_k.data(), at.lengths = ix_.lengths.data();
   at.page_table = ix_.page_table.data();
   return at;
@@ -278,8 +315,8 @@ AccuracyReport ServingProblem::check_sequence(int b, int max_rows, const uint8_t
                                     : lse_all[(size_t(b) * hq + h) * lq + r];
     }
   }
-  return check_accuracy(s_.sequence(b), inputs_[b], out + ix_.cu_q[b] * q_row_bytes_, lse.data(),
-                        sample_rows(lq, max_rows));
+  return check_accuracy(s_.sequence(b), inputs_[b], out + ix_.cu_q[b] * out_row_bytes_,
+                        lse.data(), sample_rows(lq, max_rows));
 }
 
 AccuracyReport ServingProblem::check_all(int max_rows, const uint8_t* out,

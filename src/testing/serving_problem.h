@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct ServingShape {
   bool shuffle_pages = true;  // paged: pages in a random order (else sequence by sequence)
   int heads_q = 8, heads_kv = 2, head_dim = 64;
   DType dtype = DType::kFloat16;
+  std::optional<DType> out_dtype;  // fp8 only: bf16 (default) or fp16 (ProblemShape::out_dtype)
   bool causal = false;
 
   int batch() const { return static_cast<int>(q_lens.size()); }
@@ -42,6 +44,7 @@ struct ServingShape {
   int new_of(int b) const { return !append ? 0 : packed_q ? q_lens[b] : seqlen_new; }
   // "paged page16 q[1,1] k[17,4096] hq32 hkv8 d128 bf16 causal"
   std::string describe() const;
+  DType output_dtype() const;  // of out: dtype, or for fp8 inputs out_dtype (bf16 by default)
   // Sequence b as a dense problem of its own.
   ProblemShape sequence(int b) const;
   // Sum over the sequences of their dense FLOPs (visible pairs, ProblemShape::flops).
@@ -69,12 +72,15 @@ struct ServingPointers {
   void *q = nullptr, *out = nullptr, *k = nullptr, *v = nullptr;
   void *k_new = nullptr, *v_new = nullptr;
   float* lse = nullptr;
+  float *q_descale = nullptr, *k_descale = nullptr, *v_descale = nullptr;  // fp8: [batch, hkv]
   int32_t *cu_q = nullptr, *cu_k = nullptr, *lengths = nullptr, *page_table = nullptr;
 };
 
 // Bytes of each data tensor (what to allocate for ServingPointers).
 struct ServingBytes {
-  size_t q = 0, k = 0, k_new = 0, lse = 0;  // out like q, v like k, v_new like k_new
+  size_t q = 0, k = 0, k_new = 0, lse = 0;  // v like k, v_new like k_new
+  size_t out = 0;      // like q, in the output dtype (fp8 inputs: bf16 or fp16)
+  size_t descale = 0;  // each of q/k/v_descale (fp8 only; 0 otherwise)
 };
 ServingBytes serving_bytes(const ServingShape& shape, const ServingIndices& indices);
 
@@ -120,9 +126,10 @@ class ServingProblem {
 
   ServingShape s_;
   ServingIndices ix_;
-  size_t q_row_bytes_ = 0, kv_row_bytes_ = 0;
+  size_t q_row_bytes_ = 0, kv_row_bytes_ = 0, out_row_bytes_ = 0;
   std::vector<HostTensors> inputs_;
   std::vector<uint8_t> q_, out_, k_, v_, k_new_, v_new_;
+  std::vector<float> q_descale_, k_descale_, v_descale_;  // fp8: each sequence's, [batch, hkv]
   std::vector<float> lse_;
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "host_problem.h"
@@ -47,7 +48,8 @@ inline CpuRun run_host_case(const testing::ProblemShape& s, Layout layout, float
 
   CpuRun run;
   // NaN poison (all bits set) so an element the backend never writes fails the check.
-  run.out.assign(in.q.size(), 0xFF);
+  const DType out_dtype = s.output_dtype();  // fp8 inputs: bf16 or fp16
+  run.out.assign(in.q.size() / eb * dtype_size(out_dtype), 0xFF);
   run.lse.resize(size_t(s.batch) * s.heads_q * s.seqlen_q);
   std::memset(run.lse.data(), 0xFF, run.lse.size() * sizeof(float));
 
@@ -58,7 +60,16 @@ inline CpuRun run_host_case(const testing::ProblemShape& s, Layout layout, float
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gk.strides);
   args.v = make_strided_tensor(v_base + gv.offset * eb, s.dtype, cpu,
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gv.strides);
-  args.out = make_tensor(run.out.data(), s.dtype, cpu, {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
+  args.out = make_tensor(run.out.data(), out_dtype, cpu,
+                         {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
+  // fp8: the [batch, heads_kv] descales the inputs were quantized with.
+  auto descale = [&](std::vector<float>& values) -> std::optional<TensorView> {
+    if (values.empty()) return std::nullopt;
+    return make_tensor(values.data(), DType::kFloat32, cpu, {s.batch, s.heads_kv});
+  };
+  args.q_descale = descale(in.q_descale);
+  args.k_descale = descale(in.k_descale);
+  args.v_descale = descale(in.v_descale);
   args.lse = make_tensor(run.lse.data(), DType::kFloat32, cpu, {s.batch, s.heads_q, s.seqlen_q});
   args.softmax_scale = s.softmax_scale;
   args.causal = s.causal;

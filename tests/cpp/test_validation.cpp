@@ -714,5 +714,154 @@ TEST_F(ServingValidation, WorkspaceOfServingCallsIsTheTileCounters) {
   EXPECT_EQ(attention_workspace_bytes(a), 8u);
 }
 
+// --- FP8 (issue 26): dtype rules, descales, the backends that refuse it ---
+
+// Valid fp8 host args: b2 sq16 sk24 hq8 hkv2 d64, out bf16, all three descales [2, 2].
+class Fp8Validation : public Validation {
+ protected:
+  std::vector<uint8_t> q8 = std::vector<uint8_t>(kB * kSq * kHq * kD);
+  std::vector<uint8_t> k8 = std::vector<uint8_t>(kB * kSk * kHkv * kD);
+  std::vector<uint8_t> v8 = std::vector<uint8_t>(kB * kSk * kHkv * kD);
+  std::vector<float> scales = std::vector<float>(3 * kB * kHkv, 1.0f);
+
+  void SetUp() override {
+    fp16_args();
+    args.q = make_tensor(q8.data(), DType::kFloat8E4M3, kCpu, {kB, kSq, kHq, kD});
+    args.k = make_tensor(k8.data(), DType::kFloat8E4M3, kCpu, {kB, kSk, kHkv, kD});
+    args.v = make_tensor(v8.data(), DType::kFloat8E4M3, kCpu, {kB, kSk, kHkv, kD});
+    args.out = make_tensor(o_buf.data(), DType::kBFloat16, kCpu, {kB, kSq, kHq, kD});
+    args.q_descale = descale(0);
+    args.k_descale = descale(1);
+    args.v_descale = descale(2);
+    ASSERT_EQ(error_of(args), "");
+    EXPECT_EQ(select_backend(args), Backend::kCPU);
+  }
+  // The base fixture's valid fp16 args, with no descales.
+  void fp16_args() {
+    args = AttentionArgs{};
+    Validation::SetUp();
+  }
+  TensorView descale(int i) {
+    return make_tensor(scales.data() + i * kB * kHkv, DType::kFloat32, kCpu, {kB, kHkv});
+  }
+};
+
+TEST_F(Fp8Validation, QKVAllFp8) {
+  args.k.dtype = DType::kBFloat16;
+  EXPECT_ERROR_MENTIONS(args, "dtype of k (bf16) does not match dtype of q (fp8_e4m3)",
+                        "q, k and v all in fp8_e4m3");
+  SetUp();
+  args.v.dtype = DType::kFloat16;
+  EXPECT_ERROR_MENTIONS(args, "dtype of v (fp16) does not match dtype of q (fp8_e4m3)");
+  SetUp();
+  args.q.dtype = DType::kBFloat16;
+  args.q_descale.reset(), args.k_descale.reset(), args.v_descale.reset();
+  EXPECT_ERROR_MENTIONS(args, "dtype of k (fp8_e4m3) does not match dtype of q (bf16)");
+}
+
+TEST_F(Fp8Validation, OutIsBf16OrFp16) {
+  args.out.dtype = DType::kFloat16;
+  EXPECT_EQ(error_of(args), "");
+  for (DType bad : {DType::kFloat32, DType::kFloat8E4M3}) {
+    args.out.dtype = bad;
+    EXPECT_ERROR_MENTIONS(args, "out must be bf16 or fp16 when q, k and v are fp8_e4m3",
+                          (std::string("got ") + to_string(bad)).c_str());
+  }
+  // An fp8 out with fp16 inputs names both dtypes and what fp8 is for.
+  fp16_args();
+  args.out.dtype = DType::kFloat8E4M3;
+  EXPECT_ERROR_MENTIONS(args, "dtype of out (fp8_e4m3) does not match dtype of q (fp16)",
+                        "fp8_e4m3 is an input dtype");
+}
+
+TEST_F(Fp8Validation, DescalesOnlyWithFp8Inputs) {
+  TensorView scale = descale(1);
+  fp16_args();
+  args.k_descale = scale;
+  EXPECT_ERROR_MENTIONS(args, "k_descale is set but q is fp16",
+                        "descale factors only apply to fp8_e4m3 inputs");
+}
+
+TEST_F(Fp8Validation, DescaleDtypeRankShapeStridesPointerDevice) {
+  args.q_descale->dtype = DType::kFloat16;
+  EXPECT_ERROR_MENTIONS(args, "q_descale must be fp32, got fp16");
+  SetUp();
+  args.k_descale = make_tensor(scales.data(), DType::kFloat32, kCpu, {kB * kHkv});
+  EXPECT_ERROR_MENTIONS(args, "k_descale must have 2 dimensions [batch, heads_kv], got 1");
+  SetUp();
+  args.v_descale = make_tensor(scales.data(), DType::kFloat32, kCpu, {kB, kHq});  // heads_q
+  EXPECT_ERROR_MENTIONS(args, "v_descale must have shape [2, 2] ([batch, heads_kv]), got [2, 8]");
+  SetUp();
+  args.q_descale = make_tensor(scales.data(), DType::kFloat32, kCpu, {1, kHkv});
+  EXPECT_ERROR_MENTIONS(args, "q_descale must have shape [2, 2]", "got [1, 2]");
+  SetUp();
+  args.k_descale->strides[1] = -1;
+  EXPECT_ERROR_MENTIONS(args, "stride of dim 1 of k_descale must be >= 0, got -1");
+  SetUp();
+  args.v_descale->data = nullptr;
+  EXPECT_ERROR_MENTIONS(args, "v_descale has a null data pointer but 4 elements [2, 2]");
+  SetUp();
+  args.q_descale->data = reinterpret_cast<uint8_t*>(scales.data()) + 2;
+  EXPECT_ERROR_MENTIONS(args, "data pointer of q_descale", "must be 4-byte aligned (float32)");
+  SetUp();
+  args.k_descale->device = kCuda0;
+  EXPECT_ERROR_MENTIONS(args, "k_descale on cuda:0 but q on cpu");
+  SetUp();
+  args.v_descale->data = o_buf.data();  // the output's memory
+  EXPECT_ERROR_MENTIONS(args, "out overlaps v_descale");
+}
+
+TEST_F(Fp8Validation, StridedAndAbsentDescalesAreValid) {
+  args.q_descale = make_strided_tensor(scales.data(), DType::kFloat32, kCpu, {kB, kHkv}, {0, 0});
+  args.k_descale = make_strided_tensor(scales.data(), DType::kFloat32, kCpu, {kB, kHkv}, {1, kB});
+  args.v_descale.reset();
+  EXPECT_EQ(error_of(args), "");
+  detail::AttentionParams p = detail::validate_common(args);
+  EXPECT_EQ(p.out_dtype, DType::kBFloat16);
+  EXPECT_EQ(p.output_dtype(), DType::kBFloat16);
+  EXPECT_EQ(p.k_descale_batch_stride, 1);
+  EXPECT_EQ(p.k_descale_head_stride, kB);
+  EXPECT_EQ(p.q_descale_batch_stride, 0);
+  EXPECT_EQ(p.v_descale, nullptr);
+  EXPECT_EQ(p.v_descale_of(1, 1), 1.0f);
+}
+
+// What the CUDA backends say about fp8, the same on any machine (said before availability).
+TEST_F(Fp8Validation, Sm80RefusesSm90NotYetAutoNeverFallsBack) {
+  args.q_descale.reset(), args.k_descale.reset(), args.v_descale.reset();
+  move_to_cuda();
+  args.backend = Backend::kSM80;
+  EXPECT_ERROR_MENTIONS(args, "dtype fp8_e4m3 needs FP8 tensor cores (sm89+); backend sm80 does "
+                              "not run it");
+  args.backend = Backend::kSM90;
+  EXPECT_ERROR_MENTIONS(args, "backend sm90 does not run fp8_e4m3 yet");
+  args.backend = Backend::kAuto;
+  const std::string message = error_of(args);
+  EXPECT_EQ(message.rfind("backend sm90 does not run fp8_e4m3 yet", 0), 0u) << message;
+  EXPECT_NE(message.find("sm80: dtype fp8_e4m3 needs FP8 tensor cores"), std::string::npos)
+      << message;
+  const detail::ServingLayout dense;
+  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, dense),
+            "backend sm90 does not run fp8_e4m3 yet");
+  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kBFloat16, dense), "");
+}
+
+TEST_F(ServingValidation, Fp8CacheTakesFp8NewTokens) {
+  ServingShape shape = small_serving(KvLayout::kPaged, true);
+  shape.dtype = DType::kFloat8E4M3;
+  ServingProblem fp8(shape);
+  AttentionArgs a = fp8.args();
+  ASSERT_EQ(error_of(a), "");
+  a.k_new->dtype = DType::kBFloat16;
+  EXPECT_ERROR_MENTIONS(a, "k_new must be fp8_e4m3 like the cache it is appended to (k, v), "
+                           "got bf16");
+  a = fp8.args();
+  a.q_descale = make_tensor(spare.data(), DType::kFloat32, kCpu, {2, 2});  // batch is 3
+  EXPECT_ERROR_MENTIONS(a, "q_descale must have shape [3, 2] ([batch, heads_kv]), got [2, 2]");
+  a = fp8.args();
+  a.k_descale = make_tensor(fp8.host_pointers().k, DType::kFloat32, kCpu, {3, 2});
+  EXPECT_ERROR_MENTIONS(a, "k overlaps k_descale", "the append writes the cache");
+}
+
 }  // namespace
 }  // namespace flashcore
