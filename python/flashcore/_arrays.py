@@ -371,6 +371,8 @@ def raw_tensors(arrays, written=("out",)):
         if value is None:
             raw[name] = None
         elif isinstance(value, np.ndarray):
+            if name in DESCALE_NAMES and value.dtype != np.float32:  # the binding's wording
+                raise FlashCoreError(f"{name} must be float32, got {value.dtype}")
             raw[name] = _numpy_raw(name, value, writable=name in written or name == "lse")
         else:
             _not_numpy(name, value, arrays)
