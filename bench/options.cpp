@@ -159,7 +159,7 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
          try {
            options.dtype = parse_dtype(v);
          } catch (const Error&) {
-           throw UsageError(" expects fp16, bf16 or fp32, got '" + v + "'");
+           throw UsageError(" expects fp16, bf16, fp32 or fp8, got '" + v + "'");
          }
        }},
       {"--backend",
@@ -271,9 +271,12 @@ one config (any of these selects single-config mode):
   --heads-kv N         key/value heads (default: heads-q); heads-q must be a multiple (GQA/MQA)
   --head-dim N         head dimension, 1..256 (64); GPU backends: the head dims they have
                        kernels for (64, 96, 128, 256 in a full build)
-  --dtype T            fp16 | bf16 | fp32 (fp16); GPU backends take fp16 and bf16 only.
-                       Without other flags: the default config in this dtype; on a grid: keep
-                       only this dtype
+  --dtype T            fp16 | bf16 | fp32 | fp8 (fp16); GPU backends take fp16 and bf16 only.
+                       fp8 (e4m3): inputs quantized per (batch, kv head) with descale =
+                       amax / 448, out bf16, checked by the FP8 rule (2x the fp8 baseline's
+                       error + 1e-3); the cpu and reference backends run it, the GPU backends
+                       say why not. Without other flags: the default config in this dtype; on
+                       a grid: keep only this dtype
   --causal             bottom-right causal mask; without other flags or on a grid: keep only
                        the causal configs
 
@@ -322,6 +325,7 @@ examples:
       --heads-q 32 --heads-kv 8 --head-dim 128 --dtype bf16 --causal   # ragged prefill
   flashcore-bench --layout paged --page-size 16 --batch 64 --seqlen-k 4096 \
       --heads-q 32 --heads-kv 8 --head-dim 128 --dtype bf16           # paged decode
+  flashcore-bench --dtype fp8 --seqlen 1024 --heads-q 8 --heads-kv 2 --causal --backend cpu
   flashcore-bench --grid standard --json results.json      # the BENCHMARKS.md grid (GPU only)
   flashcore-bench --grid llm                               # model shapes (GPU only)
   flashcore-bench --grid small --json - > small.json       # JSON on stdout, the table on stderr

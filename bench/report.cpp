@@ -175,6 +175,7 @@ void write_json(const std::vector<BenchRecord>& records, JsonDestination& destin
          << ", \"seqlen_k\": " << s.seqlen_k << ", \"heads_q\": " << s.heads_q
          << ", \"heads_kv\": " << s.heads_kv << ", \"head_dim\": " << s.head_dim
          << ", \"dtype\": " << quoted(to_string(s.dtype))
+         << ", \"out_dtype\": " << quoted(to_string(s.output_dtype()))
          << ", \"causal\": " << (s.causal ? "true" : "false")
          << ", \"softmax_scale\": " << number(s.scale()) << ", \"flops\": " << number(record_flops(r));
     if (r.serving) {

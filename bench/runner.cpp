@@ -40,9 +40,23 @@ TensorSizes<Size> tensor_sizes(const ProblemShape& s) {
   TensorSizes<Size> sizes{};
   sizes.q = Size(s.batch) * s.seqlen_q * s.heads_q * s.head_dim * element;
   sizes.kv = Size(s.batch) * s.seqlen_k * s.heads_kv * s.head_dim * element;
-  sizes.out = sizes.q;
+  sizes.out = sizes.q / element * static_cast<Size>(dtype_size(s.output_dtype()));
   sizes.lse = Size(s.batch) * s.heads_q * s.seqlen_q * Size(sizeof(float));
   return sizes;
+}
+
+// fp8 inputs' [batch, heads_kv] float32 descales (nullptr: none), wherever they live.
+struct DescalePointers {
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+};
+
+DescalePointers host_descales(const testing::HostTensors& inputs) {
+  if (inputs.q_descale.empty()) return {};
+  return {inputs.q_descale.data(), inputs.k_descale.data(), inputs.v_descale.data()};
+}
+
+size_t descale_bytes(const ProblemShape& s) {
+  return s.dtype == DType::kFloat8E4M3 ? size_t(s.batch) * s.heads_kv * sizeof(float) : 0;
 }
 
 // refusal_reason's made-up tensor addresses start here: non-null and aligned like cudaMalloc's.
@@ -50,15 +64,23 @@ constexpr uintptr_t kMadeUpBaseAddress = kBufferAlignment;
 
 // Contiguous BSHD views of q, k, v, out and the [b, hq, sq] lse at the given addresses.
 AttentionArgs make_args(const ProblemShape& s, Backend backend, Device device, const void* q,
-                        const void* k, const void* v, void* out, float* lse) {
+                        const void* k, const void* v, void* out, float* lse,
+                        const DescalePointers& descales = {}) {
   const std::vector<int64_t> q_shape = {s.batch, s.seqlen_q, s.heads_q, s.head_dim};
   const std::vector<int64_t> kv_shape = {s.batch, s.seqlen_k, s.heads_kv, s.head_dim};
   AttentionArgs args;
   args.q = make_tensor(const_cast<void*>(q), s.dtype, device, q_shape);
   args.k = make_tensor(const_cast<void*>(k), s.dtype, device, kv_shape);
   args.v = make_tensor(const_cast<void*>(v), s.dtype, device, kv_shape);
-  args.out = make_tensor(out, s.dtype, device, q_shape);
+  args.out = make_tensor(out, s.output_dtype(), device, q_shape);
   args.lse = make_tensor(lse, DType::kFloat32, device, {s.batch, s.heads_q, s.seqlen_q});
+  auto descale = [&](const float* data) -> std::optional<TensorView> {
+    if (data == nullptr) return std::nullopt;
+    return make_tensor(const_cast<float*>(data), DType::kFloat32, device, {s.batch, s.heads_kv});
+  };
+  args.q_descale = descale(descales.q);
+  args.k_descale = descale(descales.k);
+  args.v_descale = descale(descales.v);
   args.softmax_scale = s.softmax_scale;
   args.causal = s.causal;
   args.backend = backend;
@@ -86,7 +108,8 @@ void run_on_host(BenchRecord& record, Backend backend, const testing::HostTensor
   std::vector<float> lse(sizes.lse / sizeof(float));
   std::fill_n(reinterpret_cast<uint8_t*>(lse.data()), sizes.lse, kPoisonByte);
   const AttentionArgs args = make_args(s, backend, Device{DeviceType::kCPU, 0}, inputs.q.data(),
-                                       inputs.k.data(), inputs.v.data(), out.data(), lse.data());
+                                       inputs.k.data(), inputs.v.data(), out.data(), lse.data(),
+                                       host_descales(inputs));
   record.backend_ran = to_string(attention_forward(args));  // the checked run
   const std::vector<uint8_t> out_checked = out;
   const std::vector<float> lse_checked = lse;
@@ -106,9 +129,9 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
   record.input_copies = copies;
 
   const size_t q_stride = round_up(sizes.q), kv_stride = round_up(sizes.kv);
-  const size_t lse_stride = round_up(sizes.lse);
+  const size_t out_stride = round_up(sizes.out), lse_stride = round_up(sizes.lse);
   DeviceBuffer q(q_stride * copies), k(kv_stride * copies), v(kv_stride * copies);
-  DeviceBuffer out(q_stride * copies), lse(lse_stride * copies);
+  DeviceBuffer out(out_stride * copies), lse(lse_stride * copies);
   q.upload(0, inputs.q.data(), sizes.q);
   k.upload(0, inputs.k.data(), sizes.kv);
   v.upload(0, inputs.v.data(), sizes.kv);
@@ -119,12 +142,24 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
   }
   out.fill(kPoisonByte);
   lse.fill(kPoisonByte);
+  // fp8: one set of descales for every copy (a few bytes, always in cache anyway).
+  const size_t descale_size = descale_bytes(s), descale_stride = round_up(descale_size);
+  DeviceBuffer descales(std::max<size_t>(3 * descale_stride, 1));
+  DescalePointers descale_at;
+  if (descale_size > 0) {
+    descales.upload(0, inputs.q_descale.data(), descale_size);
+    descales.upload(descale_stride, inputs.k_descale.data(), descale_size);
+    descales.upload(2 * descale_stride, inputs.v_descale.data(), descale_size);
+    descale_at = {reinterpret_cast<float*>(descales.bytes_at(0)),
+                  reinterpret_cast<float*>(descales.bytes_at(descale_stride)),
+                  reinterpret_cast<float*>(descales.bytes_at(2 * descale_stride))};
+  }
 
   const Device device{DeviceType::kCUDA, 0};
   auto args_for_copy = [&](int c) {
     return make_args(s, backend, device, q.bytes_at(c * q_stride), k.bytes_at(c * kv_stride),
-                     v.bytes_at(c * kv_stride), out.bytes_at(c * q_stride),
-                     reinterpret_cast<float*>(lse.bytes_at(c * lse_stride)));
+                     v.bytes_at(c * kv_stride), out.bytes_at(c * out_stride),
+                     reinterpret_cast<float*>(lse.bytes_at(c * lse_stride)), descale_at);
   };
   std::vector<AttentionArgs> args;
   for (int c = 0; c < copies; ++c) {
@@ -218,9 +253,14 @@ std::string refusal_reason(const ProblemShape& shape, Backend backend) {
   };
   const Device device = runs_on_gpu(backend) ? Device{DeviceType::kCUDA, 0}
                                              : Device{DeviceType::kCPU, 0};
+  DescalePointers descales;
+  if (const size_t bytes = descale_bytes(shape); bytes > 0) {
+    descales = {static_cast<float*>(place(bytes)), static_cast<float*>(place(bytes)),
+                static_cast<float*>(place(bytes))};
+  }
   AttentionArgs args = make_args(shape, backend, device, place(sizes.q), place(sizes.kv),
                                  place(sizes.kv), place(sizes.out),
-                                 static_cast<float*>(place(sizes.lse)));
+                                 static_cast<float*>(place(sizes.lse)), descales);
   args.device_pointers_verified = true;  // no driver query for addresses that are not memory
   try {
     select_backend(args);

@@ -32,6 +32,7 @@ testing::ProblemShape summary_shape(const ServingShape& s) {
   shape.seqlen_k = s.batch() ? *std::max_element(s.k_lens.begin(), s.k_lens.end()) : 0;
   shape.heads_q = s.heads_q, shape.heads_kv = s.heads_kv, shape.head_dim = s.head_dim;
   shape.dtype = s.dtype, shape.causal = s.causal;
+  shape.out_dtype = s.out_dtype;
   return shape;
 }
 
@@ -53,7 +54,7 @@ void run_on_host(BenchRecord& record, ServingProblem& problem, Backend backend,
   record.backend_ran = to_string(attention_forward(args));  // the checked run
   const ServingPointers at = problem.host_pointers();
   const auto* out = static_cast<const uint8_t*>(at.out);
-  const std::vector<uint8_t> out_checked(out, out + bytes.q);
+  const std::vector<uint8_t> out_checked(out, out + bytes.out);
   const std::vector<float> lse_checked(at.lse, at.lse + bytes.lse / sizeof(float));
   const std::vector<double> run_ms = time_host_runs(
       [&](int) { attention_forward(args); }, settings.warmup, settings.iters);
@@ -78,7 +79,7 @@ void run_on_gpu(BenchRecord& record, ServingProblem& problem, Backend backend,
   };
   DeviceBuffer q = upload(host.q, bytes.q), k = upload(host.k, bytes.k),
                v = upload(host.v, bytes.k);
-  DeviceBuffer out(round_up(std::max<size_t>(bytes.q, 1))),
+  DeviceBuffer out(round_up(std::max<size_t>(bytes.out, 1))),
       lse(round_up(std::max<size_t>(bytes.lse, 1)));
   out.fill(kPoisonByte);
   lse.fill(kPoisonByte);
@@ -90,6 +91,15 @@ void run_on_gpu(BenchRecord& record, ServingProblem& problem, Backend backend,
   at.cu_q = static_cast<int32_t*>(cu_q.data()), at.cu_k = static_cast<int32_t*>(cu_k.data());
   at.lengths = static_cast<int32_t*>(lengths.data());
   at.page_table = static_cast<int32_t*>(page_table.data());
+  DeviceBuffer q_descale, k_descale, v_descale;  // fp8 only
+  if (bytes.descale > 0) {
+    q_descale = upload(host.q_descale, bytes.descale);
+    k_descale = upload(host.k_descale, bytes.descale);
+    v_descale = upload(host.v_descale, bytes.descale);
+    at.q_descale = static_cast<float*>(q_descale.data());
+    at.k_descale = static_cast<float*>(k_descale.data());
+    at.v_descale = static_cast<float*>(v_descale.data());
+  }
   AttentionArgs args = serving_args(s, ix, at, Device{DeviceType::kCUDA, 0}, backend);
   const size_t workspace_bytes = attention_workspace_bytes(args);
   DeviceBuffer workspace(std::max<size_t>(workspace_bytes, 1));
@@ -99,9 +109,9 @@ void run_on_gpu(BenchRecord& record, ServingProblem& problem, Backend backend,
 
   record.backend_ran = to_string(attention_forward(args));  // the checked run
   gpu_synchronize();
-  std::vector<uint8_t> out_host(bytes.q);
+  std::vector<uint8_t> out_host(bytes.out);
   std::vector<float> lse_host(bytes.lse / sizeof(float));
-  out.download(0, out_host.data(), bytes.q);
+  out.download(0, out_host.data(), bytes.out);
   lse.download(0, lse_host.data(), bytes.lse);
   const std::vector<double> run_ms = time_gpu_runs(
       [&](int) { attention_forward(args); }, settings.warmup, settings.iters);
@@ -143,9 +153,9 @@ MemoryNeed serving_memory_needed(const ServingShape& s) {
     inputs += element * (double(s.q_lens[b]) * s.heads_q + 2.0 * s.k_lens[b] * s.heads_kv) *
               s.head_dim;
   }
-  const double packed = 2.0 * bytes.q + 2.0 * bytes.k + bytes.lse;
+  const double packed = double(bytes.q) + bytes.out + 2.0 * bytes.k + bytes.lse;
   MemoryNeed need;
-  need.host_bytes = inputs + packed + bytes.q + bytes.lse;  // and the checked copies
+  need.host_bytes = inputs + packed + bytes.out + bytes.lse;  // and the checked copies
   need.device_bytes = packed;
   return need;
 }
@@ -161,8 +171,13 @@ std::string serving_refusal_reason(const ServingShape& s, Backend backend) {
   };
   const bool on_gpu = runs_on_gpu(backend);
   ServingPointers at;
-  at.q = place(bytes.q), at.out = place(bytes.q), at.k = place(bytes.k), at.v = place(bytes.k);
+  at.q = place(bytes.q), at.out = place(bytes.out), at.k = place(bytes.k), at.v = place(bytes.k);
   at.lse = static_cast<float*>(place(bytes.lse));
+  if (bytes.descale > 0) {  // fp8: values are never read by validation
+    at.q_descale = static_cast<float*>(place(bytes.descale));
+    at.k_descale = static_cast<float*>(place(bytes.descale));
+    at.v_descale = static_cast<float*>(place(bytes.descale));
+  }
   if (on_gpu) {  // index values on a device are not read without check_indices
     at.cu_q = static_cast<int32_t*>(place(ix.cu_q.size() * 4));
     at.cu_k = static_cast<int32_t*>(place(ix.cu_k.size() * 4));

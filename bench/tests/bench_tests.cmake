@@ -34,7 +34,7 @@ flashcore_bench_test(bench_head_dim_too_large 2
                      "--head-dim expects an integer in \\[1, 256\\], got '100000': 256 is"
                      --head-dim 100000)
 flashcore_bench_test(bench_bad_backend 2 "--backend expects .*got 'nope'" --backend nope)
-flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16 or fp32, got 'int8'"
+flashcore_bench_test(bench_bad_dtype 2 "--dtype expects fp16, bf16, fp32 or fp8, got 'int8'"
                      --dtype int8)
 flashcore_bench_test(bench_unknown_flag 2 "unknown flag '--frobnicate'" --frobnicate)
 # An error prints itself and a pointer to --help, not the whole usage text.
@@ -53,6 +53,14 @@ flashcore_bench_test(bench_llm_on_cpu 2 "--grid llm is sized for GPUs" --grid ll
 flashcore_bench_test(bench_default_fp32 0
                      "2 config\\(s\\) x 2 backend\\(s\\).*fp32.*all results pass"
                      --dtype fp32 ENV CUDA_VISIBLE_DEVICES=-1)
+# FP8 (issue 26): inputs quantized per (batch, kv head), out bf16, the FP8 rule; the cpu backend
+# (auto without a GPU) and the reference run it, dense and paged.
+flashcore_bench_test(bench_fp8_cpu 0 "fp8_e4m3->bf16 causal +\\| auto:cpu .*pass.*all results pass"
+                     --dtype fp8 --seqlen 200 --heads-q 8 --heads-kv 2 --causal --backend auto
+                     ENV CUDA_VISIBLE_DEVICES=-1)
+flashcore_bench_test(bench_fp8_paged 0 "paged page16 .*fp8_e4m3->bf16 .*pass.*all results pass"
+                     --dtype fp8 --layout paged --seqlens 5,100,37 --heads-q 8 --heads-kv 2
+                     --backend cpu)
 # A filter that leaves no config of a grid is a usage error, never a pass.
 flashcore_bench_test(bench_grid_filtered_empty 2 "--dtype fp32 leaves none of the 20 configs"
                      --grid small --dtype fp32)

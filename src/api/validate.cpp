@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <sstream>
 
-#include "api/kernel_registry.h"
 #include "api/backend.h"
+#include "api/kernel_registry.h"
 #include "api/tensor_checks.h"
 #include "api/validate_fp8.h"
 #include "api/validate_serving.h"

@@ -184,7 +184,9 @@ TEST(Fp8Cpu, DescalesFollowTheContract) {
   for (Backend backend : {Backend::kReference, Backend::kCPU}) {
     args.backend = backend;
     attention_forward(args);
-    auto at = [](const std::vector<uint8_t>& x, size_t i) { return double(fp8_e4m3_to_float(x[i])); };
+    auto at = [](const std::vector<uint8_t>& x, size_t i) {
+      return double(fp8_e4m3_to_float(x[i]));
+    };
     for (int ib = 0; ib < b; ++ib) {
       for (int h = 0; h < hq; ++h) {
         const int g = h / (hq / hkv);
