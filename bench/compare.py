@@ -20,6 +20,15 @@ with the geometric mean and the lowest of each flashcore/anchor ratio over the r
   python3 bench/compare.py --grid tiny --device cpu --backend cpu     # no GPU needed
   python3 bench/compare.py --list --grid standard                     # configs only, no torch
   python3 bench/compare.py --grid serving --timing graph              # varlen, paged decode
+  python3 bench/compare.py --grid standard --dtypes fp8               # FP8 beside FA3's FP8
+  python3 bench/compare.py --grid tiny --dtypes fp8 --device cpu --backend cpu
+
+--dtypes fp8 (issue 26) runs the grid's bf16 shapes in float8_e4m3fn: q, k, v drawn as above in
+float32 and quantized per (batch, kv head) with descale = amax / 448 (FA3's q_descale/k_descale/
+v_descale [batch, heads_kv]), bf16 out; FlashCore where a backend runs fp8 (else its cell says
+why), FA3's FP8 forward from the same wheel, no SDPA. The check is issue 26's FP8 rule: against
+float64 on the dequantized inputs, max error <= 2x the fp8 baseline's (P rounded to e4m3 before
+PV) + 1e-3 and <= 1.5x FA3 FP8's error on the same inputs where FA3 ran.
 
 --grid serving (compare_serving.py) times the serving layouts of issue 25: varlen prefill
 against FA3's flash_attn_varlen_func and FlashCore's dense kernel on equal-length batches, and
@@ -100,9 +109,11 @@ def parse_args(argv):
         p.error(f"--impls expects distinct names out of {','.join(IMPLS)}, got "
                 f"{','.join(args.impls)!r}")
     dtypes = args.dtypes.split(",") if args.dtypes else None
-    if dtypes and not set(dtypes) <= set(compare_grids.DTYPES):
-        p.error(f"--dtypes expects bf16 and/or fp16, got {args.dtypes!r}")
+    if dtypes and not set(dtypes) <= set(compare_grids.ALL_DTYPES):
+        p.error(f"--dtypes expects bf16, fp16 and/or fp8, got {args.dtypes!r}")
     args.serving = args.grid in compare_serving_grid.SERVING_GRIDS
+    if args.serving and dtypes and compare_grids.FP8 in dtypes:
+        p.error(f"--grid {args.grid} has no fp8 rows yet (dense grids only)")
     if args.serving:
         if args.head_dims or args.seqlens or args.causal != "both":
             p.error(f"--grid {args.grid} has fixed shapes (compare_serving_grid.py): only "
@@ -173,12 +184,42 @@ def anchor_names(impls, on_gpu):
     return [name for name in ANCHORS if name in impls] if on_gpu else []
 
 
+def run_fp8_config(config, args, settings, device, on_gpu, impls, record):
+    """An fp8 row: float32 draws quantized per (batch, kv head), the FP8 rule's checker, every
+    implementation on the fp8 tensors and descales, then the FA3 FP8 bound on flashcore's."""
+    import torch
+    import compare_accuracy
+    import compare_runner
+    shapes = ((config.batch, config.seqlen_q, config.heads_q, config.head_dim),
+              (config.batch, config.seqlen_k, config.heads_kv, config.head_dim))
+    q, k, v = (torch.randn(*shape, device=device) for shape in (shapes[0],) + shapes[1:] * 2)
+    (q8, q_descale), (k8, k_descale), (v8, v_descale) = (
+        compare_accuracy.quantize_fp8(x, config.heads_kv) for x in (q, k, v))
+    del q, k, v
+    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    checker = compare_accuracy.Fp8Checker(q8, k8, v8, descales, config.causal,
+                                          config.head_dim ** -0.5, args.check_rows)
+    record.update(baseline_err_out=checker.baseline_err_out, tol_out=checker.tol_out,
+                  baseline_err_lse=checker.baseline_err_lse, tol_lse=checker.tol_lse)
+    results = compare_runner.run_impls(impls, q8, k8, v8, config.causal, checker, settings,
+                                       on_gpu, descales)
+    for impl in impls:
+        result = results[impl.name]
+        if "median_ms" in result:
+            result["tflops"] = config.flops() / (result["median_ms"] * 1e-3) / 1e12
+        record["results"][impl.name] = result
+    compare_accuracy.apply_fa3_fp8_bound(
+        record, [i.name for i in impls if isinstance(i, compare_runner.FlashCoreImpl)])
+
+
 def run_config(config, seed, args, settings, device, on_gpu, impls, record):
     """Fresh inputs for one config, its reference, then every implementation on them."""
     import torch
     import compare_accuracy
     import compare_runner
     torch.manual_seed(seed)
+    if config.dtype == "fp8":
+        return run_fp8_config(config, args, settings, device, on_gpu, impls, record)
     dtype = compare_runner.TORCH_DTYPES[config.dtype]
     q = torch.randn(config.batch, config.seqlen_q, config.heads_q, config.head_dim,
                     dtype=dtype, device=device)

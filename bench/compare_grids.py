@@ -1,4 +1,5 @@
 """Config grids for bench/compare.py (pure Python: no torch needed to list them)."""
+import dataclasses
 import os
 from dataclasses import dataclass, asdict
 
@@ -8,6 +9,10 @@ STANDARD_HIDDEN = 2048       # heads = STANDARD_HIDDEN // head_dim
 STANDARD_HEAD_DIMS = (64, 128, 256)
 STANDARD_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 DTYPES = ("bf16", "fp16")
+# Issue 26: fp8 rows (float8_e4m3fn q/k/v with per-(batch, kv head) descales, bf16 out) are a
+# grid's bf16 shapes, asked for with --dtypes fp8; no grid holds them by default.
+FP8 = "fp8"
+ALL_DTYPES = DTYPES + (FP8,)
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,8 @@ def select_configs(grid, dtypes=None, head_dims=None, seqlens=None, causal="both
         raise SystemExit(f"--grid expects one of {', '.join(GRIDS)}, got {grid!r}")
     configs = GRIDS[grid][1]()
     if dtypes:
-        configs = [c for c in configs if c.dtype in dtypes]
+        fp8 = [dataclasses.replace(c, dtype=FP8) for c in configs if c.dtype == "bf16"]
+        configs = [c for c in configs if c.dtype in dtypes] + (fp8 if FP8 in dtypes else [])
     if head_dims:
         configs = [c for c in configs if c.head_dim in head_dims]
     if seqlens:

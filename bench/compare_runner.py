@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+FP8 = getattr(torch, "float8_e4m3fn", None)  # None: a torch without fp8 (or a test stub)
+FP8_OUT = torch.bfloat16  # the output dtype of the fp8 rows (FA3's)
 
 
 class Unavailable(Exception):
@@ -136,8 +138,14 @@ def short_reason(error):
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
+# Every implementation takes (q, k, v, causal, **extra): extra is empty for fp16/bf16 rows and
+# holds q_descale, k_descale, v_descale (float32 [batch, heads_kv]) for fp8 rows.
+
+
 class FlashCoreImpl:
-    """flashcore.attention on BSHD tensors (its native layout), one backend."""
+    """flashcore.attention on BSHD tensors (its native layout), one backend. fp8 rows: out in
+    bf16; a backend that has no fp8 kernel is n/a, its cell "no fp8 kernel" and the library's
+    error the reason."""
 
     def __init__(self, module, backend):
         self.module = module
@@ -149,17 +157,24 @@ class FlashCoreImpl:
         backend = None if self.backend in (None, "auto") else self.backend
         return self.module.attention(q, k, v, causal=causal, backend=backend, **kwargs)
 
-    def checked_output(self, q, k, v, causal):
+    def checked_output(self, q, k, v, causal, **extra):
         """One run into a NaN-poisoned out, asking for lse: (out [b,sq,hq,d], lse or None)."""
         if self.module is None:
             raise Unavailable("the flashcore Python module is not importable")
-        poisoned = torch.full_like(q, float("nan"))
-        result = self._call(q, k, v, causal, out=poisoned, return_lse=True)
+        fp8 = q.dtype == FP8
+        poisoned = torch.full(q.shape, float("nan"), dtype=FP8_OUT if fp8 else q.dtype,
+                              device=q.device)
+        try:
+            result = self._call(q, k, v, causal, out=poisoned, return_lse=True, **extra)
+        except self.module.FlashCoreError as error:
+            if fp8 and "fp8_e4m3" in str(error):  # a backend without an fp8 kernel says so
+                raise Unavailable(short_reason(error), cell="no fp8 kernel") from None
+            raise
         out, lse = result if isinstance(result, tuple) else (result, None)
         return out, lse
 
-    def runner(self, q, k, v, causal):
-        return lambda: self._call(q, k, v, causal)
+    def runner(self, q, k, v, causal, **extra):
+        return lambda: self._call(q, k, v, causal, **extra)
 
 
 class SdpaImpl:
@@ -175,6 +190,8 @@ class SdpaImpl:
         self.layout = "BHSD views of the BSHD tensors (transpose(1, 2), no copy)"
 
     def _prepare(self, q, k, v, causal):
+        if q.dtype == FP8:
+            raise Unavailable("torch SDPA has no fp8 forward", cell="fp8 n/a")
         if causal and q.shape[1] != k.shape[1]:
             raise Unavailable("SDPA is_causal aligns top-left; flashcore bottom-right (sq != sk)",
                               cell="sq!=sk n/a")
@@ -184,13 +201,13 @@ class SdpaImpl:
         views = (q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return views, kwargs
 
-    def checked_output(self, q, k, v, causal):
+    def checked_output(self, q, k, v, causal, **extra):
         (qt, kt, vt), kwargs = self._prepare(q, k, v, causal)
         with sdpa_kernel(self.backend):
             out = F.scaled_dot_product_attention(qt, kt, vt, **kwargs)
         return out.transpose(1, 2), None  # back to BSHD for the checker
 
-    def runner(self, q, k, v, causal):
+    def runner(self, q, k, v, causal, **extra):
         (qt, kt, vt), kwargs = self._prepare(q, k, v, causal)
         return lambda: F.scaled_dot_product_attention(qt, kt, vt, **kwargs)
 
@@ -203,7 +220,9 @@ class Fa3Impl:
     the BSHD tensors, its native layout: flash_attn_func(q, k, v, softmax_scale, causal) returns
     out [b, sq, hq, d] (the lse only with return_attn_probs=True); GQA/MQA from the heads of k/v;
     causal aligned bottom-right, as flashcore's. The wheel is built without fp16
-    (FLASHATTENTION_DISABLE_FP16): fp16 configs are n/a. Checked on out only, as SDPA is.
+    (FLASHATTENTION_DISABLE_FP16): fp16 configs are n/a. FP8: float8_e4m3fn q/k/v with
+    flash_attn_func's q_descale/k_descale/v_descale ([batch, heads_kv] float32), bf16 out.
+    Checked on out only, as SDPA is.
     `flash_attn_func` None: the wheel is not importable (`import_error` says why)."""
 
     name = "fa3"
@@ -217,34 +236,38 @@ class Fa3Impl:
     def _refuse(self, q):
         if self.func is None:
             raise Unavailable(f"FA3 not installed ({self.import_error})", cell="not installed")
-        if q.dtype != torch.bfloat16:
+        if q.dtype not in (torch.bfloat16, FP8):
             dtype = self.DTYPE_NAMES.get(q.dtype, str(q.dtype))
             raise Unavailable(f"the fa3-fwd wheel has no {dtype} forward (bf16 and FP8 only)",
                               cell=f"{dtype} n/a")
         if not q.is_cuda:
             raise Unavailable("FA3 runs on CUDA tensors only", cell="GPU only")
 
-    def checked_output(self, q, k, v, causal):
+    def checked_output(self, q, k, v, causal, **extra):
         self._refuse(q)
-        return self.func(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal), None
+        return self.func(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal,
+                         **extra), None
 
-    def runner(self, q, k, v, causal):
+    def runner(self, q, k, v, causal, **extra):
         self._refuse(q)
         func, scale = self.func, q.shape[-1] ** -0.5
-        return lambda: func(q, k, v, softmax_scale=scale, causal=causal)
+        return lambda: func(q, k, v, softmax_scale=scale, causal=causal, **extra)
 
 
-def check_impl(impl, q, k, v, causal, checker, on_gpu):
+def check_impl(impl, q, k, v, causal, checker, on_gpu, extra=None):
     """The checked run. Returns (result dict, (name, fn, make_context) to time, or None); never
-    raises for the impl's failures, which the result records as n/a with the reason."""
+    raises for the impl's failures, which the result records as n/a with the reason. `extra`:
+    the fp8 rows' descales, passed to every call."""
+    extra = extra or {}
     result = {"name": impl.name, "layout": impl.layout}
     try:
-        out, lse = impl.checked_output(q, k, v, causal)
+        out, lse = impl.checked_output(q, k, v, causal, **extra)
         if on_gpu:
             torch.cuda.synchronize()
         result.update(checker.check(out, lse))
         del out, lse
-        timed = (impl.name, impl.runner(q, k, v, causal), getattr(impl, "context", None))
+        timed = (impl.name, impl.runner(q, k, v, causal, **extra),
+                 getattr(impl, "context", None))
         result["status"] = "ok" if result["pass"] else "FAIL"
         return result, timed
     except Unavailable as error:
@@ -305,7 +328,7 @@ def capture_graph(fns, calls, make_context):
     return graph
 
 
-def graph_timed(impls, timed, q, k, v, causal, calls, results):
+def graph_timed(impls, timed, q, k, v, causal, calls, results, extra=None):
     """`timed` entries (name, fn, make_context) as (name, graph.replay, None, calls): a graph
     of `calls` calls over input_sets. An impl whose capture fails keeps its eager entry (CUDA
     events), its result saying why (timing "events", graph_error)."""
@@ -317,7 +340,8 @@ def graph_timed(impls, timed, q, k, v, causal, calls, results):
     graphed = []
     for name, fn, make_context in timed:
         try:
-            fns = [fn] + [by_name[name].runner(*inputs, causal) for inputs in sets[1:]]
+            fns = [fn] + [by_name[name].runner(*inputs, causal, **(extra or {}))
+                          for inputs in sets[1:]]
             graph = capture_graph(fns, calls, make_context)
             results[name].update(timing="graph", input_sets=len(sets))
             graphed.append((name, graph.replay, None, calls))
@@ -335,17 +359,19 @@ def graph_timed(impls, timed, q, k, v, causal, calls, results):
     return graphed
 
 
-def run_impls(impls, q, k, v, causal, checker, settings, on_gpu):
+def run_impls(impls, q, k, v, causal, checker, settings, on_gpu, extra=None):
     """Every impl checked on the same inputs, then the ones that ran timed side by side in
     settings.rounds interleaved rounds: eagerly between CUDA events, or with settings.timing
-    "graph" as replays of CUDA graphs of settings.graph_calls calls. Returns {name: result}."""
+    "graph" as replays of CUDA graphs of settings.graph_calls calls. `extra`: keyword arguments
+    of every call (an fp8 row's descales). Returns {name: result}."""
     results, timed = {}, []
     for impl in impls:
-        results[impl.name], to_time = check_impl(impl, q, k, v, causal, checker, on_gpu)
+        results[impl.name], to_time = check_impl(impl, q, k, v, causal, checker, on_gpu, extra)
         if to_time is not None:
             timed.append(to_time)
     if getattr(settings, "timing", "events") == "graph" and on_gpu and timed:
-        timed = graph_timed(impls, timed, q, k, v, causal, settings.graph_calls, results)
+        timed = graph_timed(impls, timed, q, k, v, causal, settings.graph_calls, results,
+                            extra)
     timings = time_interleaved(timed, settings.warmup, settings.iters, settings.budget_s,
                                settings.rounds, on_gpu)
     for name, timing in timings.items():

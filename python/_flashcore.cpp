@@ -14,6 +14,9 @@
 //                                                 (varlen cu_seqlens, kv cache, page table,
 //                                                 append; flashcore.h), kept apart so that the
 //                                                 dense calls' argument parsing stays as short.
+// Every call takes the fp8 descale factors q_descale, k_descale, v_descale (float32
+// [batch, heads_kv], None: 1.0) as its last tensor arguments; out's dtype selects the output
+// dtype of an fp8 call (bfloat16 or float16), as in the C++ API.
 // The dense calls take an optional workspace (device pointer as an int, and its size in bytes)
 // of at least attention_workspace_bytes(q, k, causal) bytes; the Python wrappers allocate it
 // with the array's own allocator (torch's caching allocator: free, and safe under CUDA graph
@@ -52,12 +55,20 @@ void register_serving(nb::module_& m);
 
 namespace {
 
+// The fp8 descale factors of a call (absent: 1.0).
+struct Descales {
+  std::optional<TensorView> q, k, v;
+};
+
 flashcore::AttentionArgs make_args(TensorView q, TensorView k, TensorView v, TensorView out,
-                                   std::optional<TensorView> lse,
+                                   std::optional<TensorView> lse, const Descales& descales,
                                    std::optional<float> softmax_scale, bool causal,
                                    const std::string& backend, uintptr_t stream,
                                    uintptr_t workspace, size_t workspace_bytes) {
   flashcore::AttentionArgs args;
+  args.q_descale = descales.q;
+  args.k_descale = descales.k;
+  args.v_descale = descales.v;
   args.q = q;
   args.k = k;
   args.v = v;
@@ -79,14 +90,36 @@ struct DlpackArrays {
   InputArray q, k, v;
   OutputArray out;
   std::optional<OutputArray> lse;
+  std::optional<InputArray> q_descale, k_descale, v_descale;
 };
 
+std::optional<InputArray> optional_input(nb::handle value, const char* name) {
+  if (value.is_none()) return std::nullopt;
+  return input_array(value, name);
+}
+
 DlpackArrays import_arrays(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                           nb::handle lse) {
+                           nb::handle lse, nb::handle q_descale, nb::handle k_descale,
+                           nb::handle v_descale) {
   DlpackArrays arrays{input_array(q, "q"), input_array(k, "k"), input_array(v, "v"),
-                      output_array(out, "out"), std::nullopt};
+                      output_array(out, "out")};
   if (!lse.is_none()) arrays.lse = output_array(lse, "lse");
+  arrays.q_descale = optional_input(q_descale, "q_descale");
+  arrays.k_descale = optional_input(k_descale, "k_descale");
+  arrays.v_descale = optional_input(v_descale, "v_descale");
   return arrays;
+}
+
+std::optional<TensorView> descale_view(const std::optional<InputArray>& array,
+                                       const char* name) {
+  if (!array) return std::nullopt;
+  return view_of(*array, name, kDescaleSlot);
+}
+
+std::optional<TensorView> descale_view_raw(const std::optional<RawTensor>& raw,
+                                           const char* name) {
+  if (!raw) return std::nullopt;
+  return view_of_raw(*raw, name, kDescaleSlot);
 }
 
 flashcore::AttentionArgs args_of_dlpack(const DlpackArrays& a,
@@ -98,15 +131,19 @@ flashcore::AttentionArgs args_of_dlpack(const DlpackArrays& a,
   const TensorView out_view = view_of(a.out, "out");
   std::optional<TensorView> lse_view;
   if (a.lse) lse_view = view_of(*a.lse, "lse");
-  return make_args(q_view, k_view, v_view, out_view, lse_view, softmax_scale, causal, backend,
-                   stream, workspace, workspace_bytes);
+  const Descales descales{descale_view(a.q_descale, "q_descale"),
+                          descale_view(a.k_descale, "k_descale"),
+                          descale_view(a.v_descale, "v_descale")};
+  return make_args(q_view, k_view, v_view, out_view, lse_view, descales, softmax_scale, causal,
+                   backend, stream, workspace, workspace_bytes);
 }
 
 std::string forward_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                            nb::handle lse, std::optional<float> softmax_scale, bool causal,
                            const std::string& backend, uintptr_t stream, uintptr_t workspace,
-                           size_t workspace_bytes) {
-  const DlpackArrays arrays = import_arrays(q, k, v, out, lse);
+                           size_t workspace_bytes, nb::handle q_descale, nb::handle k_descale,
+                           nb::handle v_descale) {
+  const DlpackArrays arrays = import_arrays(q, k, v, out, lse, q_descale, k_descale, v_descale);
   return run(args_of_dlpack(arrays, softmax_scale, causal, backend, stream, workspace,
                             workspace_bytes));
 }
@@ -117,12 +154,18 @@ std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor&
                         const RawTensor& out, const std::optional<RawTensor>& lse,
                         std::optional<float> softmax_scale, bool causal,
                         const std::string& backend, uintptr_t stream, uintptr_t workspace,
-                        size_t workspace_bytes, bool device_pointers_verified) {
+                        size_t workspace_bytes, bool device_pointers_verified,
+                        const std::optional<RawTensor>& q_descale,
+                        const std::optional<RawTensor>& k_descale,
+                        const std::optional<RawTensor>& v_descale) {
   const TensorView q_view = view_of_raw(q, "q"), k_view = view_of_raw(k, "k");
   const TensorView v_view = view_of_raw(v, "v"), out_view = view_of_raw(out, "out");
   std::optional<TensorView> lse_view;
   if (lse) lse_view = view_of_raw(*lse, "lse");
-  flashcore::AttentionArgs args = make_args(q_view, k_view, v_view, out_view, lse_view,
+  const Descales descales{descale_view_raw(q_descale, "q_descale"),
+                          descale_view_raw(k_descale, "k_descale"),
+                          descale_view_raw(v_descale, "v_descale")};
+  flashcore::AttentionArgs args = make_args(q_view, k_view, v_view, out_view, lse_view, descales,
                                             softmax_scale, causal, backend, stream, workspace,
                                             workspace_bytes);
   args.device_pointers_verified = device_pointers_verified;
@@ -131,10 +174,26 @@ std::string forward_raw(const RawTensor& q, const RawTensor& k, const RawTensor&
 
 std::string select_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                           nb::handle lse, std::optional<float> softmax_scale, bool causal,
-                          const std::string& backend) {
-  const DlpackArrays arrays = import_arrays(q, k, v, out, lse);
+                          const std::string& backend, nb::handle q_descale,
+                          nb::handle k_descale, nb::handle v_descale) {
+  const DlpackArrays arrays = import_arrays(q, k, v, out, lse, q_descale, k_descale, v_descale);
   return flashcore::to_string(flashcore::select_backend(args_of_dlpack(
       arrays, softmax_scale, causal, backend, /*stream=*/0, /*workspace=*/0,
+      /*workspace_bytes=*/0)));
+}
+
+// select_backend for raw tensor tuples (NumPy bfloat16 and float8_e4m3fn arrays: no DLPack).
+std::string select_raw(const RawTensor& q, const RawTensor& k, const RawTensor& v,
+                       const RawTensor& out, std::optional<float> softmax_scale, bool causal,
+                       const std::string& backend, const std::optional<RawTensor>& q_descale,
+                       const std::optional<RawTensor>& k_descale,
+                       const std::optional<RawTensor>& v_descale) {
+  const Descales descales{descale_view_raw(q_descale, "q_descale"),
+                          descale_view_raw(k_descale, "k_descale"),
+                          descale_view_raw(v_descale, "v_descale")};
+  return flashcore::to_string(flashcore::select_backend(make_args(
+      view_of_raw(q, "q"), view_of_raw(k, "k"), view_of_raw(v, "v"), view_of_raw(out, "out"),
+      std::nullopt, descales, softmax_scale, causal, backend, /*stream=*/0, /*workspace=*/0,
       /*workspace_bytes=*/0)));
 }
 
@@ -179,21 +238,30 @@ NB_MODULE(_flashcore, m) {
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("workspace") = 0,
-        nb::arg("workspace_bytes") = 0,
+        nb::arg("workspace_bytes") = 0, nb::arg("q_descale").none() = nb::none(),
+        nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
         "Runs attention on DLPack tensors (BSHD). Returns the name of the backend that ran.");
   m.def("attention_forward_raw", &forward_raw, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
         nb::arg("backend") = "auto", nb::arg("stream") = 0, nb::arg("workspace") = 0,
         nb::arg("workspace_bytes") = 0, nb::arg("device_pointers_verified") = false,
+        nb::arg("q_descale").none() = nb::none(), nb::arg("k_descale").none() = nb::none(),
+        nb::arg("v_descale").none() = nb::none(),
         "Like attention_forward, tensors given as (data_ptr, dtype_code, device_code, "
         "device_index, shape, strides) tuples.");
   register_serving(m);
   m.def("select_backend", &select_dlpack, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::arg("out"), nb::arg("lse").none() = nb::none(),
         nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
-        nb::arg("backend") = "auto",
+        nb::arg("backend") = "auto", nb::arg("q_descale").none() = nb::none(),
+        nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
         "The backend attention_forward would run for these arguments, or FlashCoreError.");
+  m.def("select_backend_raw", &select_raw, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("out"), nb::arg("softmax_scale").none() = nb::none(), nb::arg("causal") = false,
+        nb::arg("backend") = "auto", nb::arg("q_descale").none() = nb::none(),
+        nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
+        "select_backend for tensors given as raw tensor tuples.");
   m.def(
       "attention_workspace_bytes",
       [](nb::handle q, nb::handle k, bool causal) {

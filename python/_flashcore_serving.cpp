@@ -24,7 +24,7 @@ template <class Tensor>
 struct ServingTensors {
   Tensor q, k, v, out;
   std::optional<Tensor> lse, cu_seqlens_q, cu_seqlens_k, seqused_k, cache_seqlens, page_table,
-      k_new, v_new;
+      k_new, v_new, q_descale, k_descale, v_descale;
 };
 
 // What each slot expects in the layout these arguments select (only rank messages use the
@@ -80,6 +80,14 @@ flashcore::AttentionArgs serving_args(const ServingTensors<Tensor>& t, View view
   args.page_table = index(t.page_table, "page_table", "[batch, max_pages_per_seq]");
   if (t.k_new) args.k_new = view(*t.k_new, "k_new", slots.kv_new, "");
   if (t.v_new) args.v_new = view(*t.v_new, "v_new", slots.kv_new, "");
+  const auto descale = [&](const std::optional<Tensor>& tensor,
+                           const char* name) -> std::optional<TensorView> {
+    if (!tensor) return std::nullopt;
+    return view(*tensor, name, kDescaleSlot, "");
+  };
+  args.q_descale = descale(t.q_descale, "q_descale");
+  args.k_descale = descale(t.k_descale, "k_descale");
+  args.v_descale = descale(t.v_descale, "v_descale");
   return args;
 }
 
@@ -129,16 +137,17 @@ std::string serving_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle 
                            nb::handle cache_seqlens, nb::handle page_table, nb::handle k_new,
                            nb::handle v_new, std::optional<float> softmax_scale, bool causal,
                            const std::string& backend, uintptr_t stream, bool check_indices,
-                           nb::handle allocate_workspace) {
+                           nb::handle allocate_workspace, nb::handle q_descale,
+                           nb::handle k_descale, nb::handle v_descale) {
   const ServingTensors<nb::handle> tensors{
       q, k, v, out, present(lse), present(cu_seqlens_q), present(cu_seqlens_k),
       present(seqused_k), present(cache_seqlens), present(page_table), present(k_new),
-      present(v_new)};
+      present(v_new), present(q_descale), present(k_descale), present(v_descale)};
   // The imported arrays live until the call returns (a producer may tie the memory's lifetime
   // to its DLPack export).
   std::vector<InputArray> inputs;
   std::vector<OutputArray> outputs;
-  inputs.reserve(12);
+  inputs.reserve(15);
   outputs.reserve(5);
   const auto view = [&](nb::handle value, const char* name, Slot slot, const std::string& why) {
     if (why.empty()) return view_of(inputs.emplace_back(input_array(value, name)), name, slot);
@@ -166,10 +175,14 @@ std::string serving_raw(const RawTensor& q, const RawTensor& k, const RawTensor&
                         const std::optional<RawTensor>& v_new,
                         std::optional<float> softmax_scale, bool causal,
                         const std::string& backend, uintptr_t stream, bool check_indices,
-                        nb::handle allocate_workspace, bool device_pointers_verified) {
+                        nb::handle allocate_workspace, bool device_pointers_verified,
+                        const std::optional<RawTensor>& q_descale,
+                        const std::optional<RawTensor>& k_descale,
+                        const std::optional<RawTensor>& v_descale) {
   const ServingTensors<RawTensor> tensors{q,         k,          v,           out,
                                           lse,       cu_seqlens_q, cu_seqlens_k, seqused_k,
-                                          cache_seqlens, page_table, k_new,   v_new};
+                                          cache_seqlens, page_table, k_new,   v_new,
+                                          q_descale, k_descale,   v_descale};
   const auto view = [](const RawTensor& raw, const char* name, Slot slot, const std::string&) {
     return view_of_raw(raw, name, slot);
   };
@@ -197,6 +210,8 @@ void register_serving(nb::module_& m) {
         nb::arg("v_new").none() = nb::none(), nb::arg("softmax_scale").none() = nb::none(),
         nb::arg("causal") = false, nb::arg("backend") = "auto", nb::arg("stream") = 0,
         nb::arg("check_indices") = false, nb::arg("allocate_workspace").none() = nb::none(),
+        nb::arg("q_descale").none() = nb::none(), nb::arg("k_descale").none() = nb::none(),
+        nb::arg("v_descale").none() = nb::none(),
         "Runs a serving-layout call (varlen, kv cache) on DLPack tensors; the AttentionArgs "
         "member names. allocate_workspace(nbytes) -> (keep_alive, pointer), or None. Returns "
         "the name of the backend that ran.");
@@ -209,7 +224,8 @@ void register_serving(nb::module_& m) {
         nb::arg("v_new").none() = nb::none(), nb::arg("softmax_scale").none() = nb::none(),
         nb::arg("causal") = false, nb::arg("backend") = "auto", nb::arg("stream") = 0,
         nb::arg("check_indices") = false, nb::arg("allocate_workspace").none() = nb::none(),
-        nb::arg("device_pointers_verified") = false,
+        nb::arg("device_pointers_verified") = false, nb::arg("q_descale").none() = nb::none(),
+        nb::arg("k_descale").none() = nb::none(), nb::arg("v_descale").none() = nb::none(),
         "Like attention_serving, tensors given as raw tensor tuples (dtype code 3: int32).");
 }
 

@@ -5,11 +5,14 @@
 
 namespace flashcore::python {
 
+constexpr int kBitsFloat8 = 8;
 constexpr int kBitsHalf = 16;
 constexpr int kBitsSingle = 32;
 constexpr int kBitsInt32 = 32;
 constexpr int kBitsBool = 8;  // DLPack stores a bool in a byte
 constexpr uint8_t kDLPackOpaqueHandle = 3;
+// The dtypes of q, k, v and out, as the messages list them.
+constexpr const char* kValueDtypes = "float16, bfloat16, float32 or float8_e4m3fn";
 
 // The dtype as NumPy, PyTorch and ml_dtypes name it (complex64, bool, float8_e4m3fn, ...), so
 // that an error names the dtype the caller knows.
@@ -51,9 +54,21 @@ DType dtype_of(const nb::dlpack::dtype& dt, const char* name) {
     if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsHalf) return DType::kFloat16;
     if (code == nb::dlpack::dtype_code::Bfloat && dt.bits == kBitsHalf) return DType::kBFloat16;
     if (code == nb::dlpack::dtype_code::Float && dt.bits == kBitsSingle) return DType::kFloat32;
+    if (code == nb::dlpack::dtype_code::Float8_E4M3FN && dt.bits == kBitsFloat8) {
+      return DType::kFloat8E4M3;
+    }
   }
-  throw Error(std::string(name) + " has dtype " + describe_dtype(dt) +
-              ", expected float16, bfloat16 or float32");
+  throw Error(std::string(name) + " has dtype " + describe_dtype(dt) + ", expected " +
+              kValueDtypes);
+}
+
+// The dtype of q_descale/k_descale/v_descale: float32 only, as the kernels read them.
+DType scale_dtype_of(const nb::dlpack::dtype& dt, const char* name) {
+  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
+  if (dt.lanes == 1 && code == nb::dlpack::dtype_code::Float && dt.bits == kBitsSingle) {
+    return DType::kFloat32;
+  }
+  throw Error(std::string(name) + " must be float32, got " + describe_dtype(dt));
 }
 
 Device device_of(int dlpack_device_type, int device_id, const char* name) {
@@ -95,7 +110,7 @@ std::string text_of(nb::handle value) { return nb::str(value).c_str(); }
 [[noreturn]] void throw_not_importable(nb::handle value, const char* name) {
   if (nb::hasattr(value, "dtype") && nb::hasattr(value, "shape")) {
     throw Error(std::string(name) + " has dtype " + text_of(nb::object(value.attr("dtype"))) +
-                ", expected float16, bfloat16 or float32");
+                ", expected " + kValueDtypes);
   }
   throw ArgumentTypeError(std::string(name) +
                           " must be a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX), "
@@ -164,12 +179,17 @@ TensorView view_of_raw(const RawTensor& raw, const char* name, Slot slot) {
     case kRawBFloat16: view.dtype = DType::kBFloat16; break;
     case kRawFloat32: view.dtype = DType::kFloat32; break;
     case kRawInt32: view.dtype = DType::kInt32; break;
+    case kRawFloat8E4M3: view.dtype = DType::kFloat8E4M3; break;
     default:
       throw Error(std::string(name) + " has raw dtype code " + std::to_string(dtype_code) +
-                  ", expected 0 (float16), 1 (bfloat16), 2 (float32) or 3 (int32)");
+                  ", expected 0 (float16), 1 (bfloat16), 2 (float32), 3 (int32) or 4 "
+                  "(float8_e4m3fn)");
   }
   if (slot.index && view.dtype != DType::kInt32) {
     throw Error(std::string(name) + " must be int32, got " + flashcore::to_string(view.dtype));
+  }
+  if (slot.scale && view.dtype != DType::kFloat32) {
+    throw Error(std::string(name) + " must be float32, got " + flashcore::to_string(view.dtype));
   }
   if (device_code != kRawCPU && device_code != kRawCUDA) {
     throw Error(std::string(name) + " has raw device code " + std::to_string(device_code) +

@@ -25,7 +25,13 @@ using OutputArray = nb::ndarray<>;
 using RawTensor =
     std::tuple<uintptr_t, int, int, int, std::vector<int64_t>, std::vector<int64_t>>;
 // Codes of RawTensor, mirrored in flashcore/_arrays.py (RAW_*).
-enum RawDType : int { kRawFloat16 = 0, kRawBFloat16 = 1, kRawFloat32 = 2, kRawInt32 = 3 };
+enum RawDType : int {
+  kRawFloat16 = 0,
+  kRawBFloat16 = 1,
+  kRawFloat32 = 2,
+  kRawInt32 = 3,
+  kRawFloat8E4M3 = 4,  // float8_e4m3fn (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn)
+};
 enum RawDevice : int { kRawCPU = 0, kRawCUDA = 1 };
 
 // A wrong-type argument: raised as flashcore.FlashCoreTypeError (a FlashCoreError and a TypeError).
@@ -39,6 +45,7 @@ const char* dense_dims(const char* name);
 void check_rank(const std::vector<int64_t>& shape, const char* name, const char* dims);
 DType dtype_of(const nb::dlpack::dtype& dt, const char* name);
 DType index_dtype_of(const nb::dlpack::dtype& dt, const char* name);
+DType scale_dtype_of(const nb::dlpack::dtype& dt, const char* name);
 Device device_of(int dlpack_device_type, int device_id, const char* name);
 void normalize_empty_strides(TensorView& view);
 
@@ -49,11 +56,16 @@ InputArray input_array(nb::handle value, const char* name);
 OutputArray output_array(nb::handle value, const char* name, const std::string& why = "");
 
 // What a tensor slot expects: its dimensions as messages name them (nullptr: those of a dense
-// call) and whether it holds indices (int32) rather than values (float16/bfloat16/float32).
+// call) and whether it holds indices (int32) or fp8 descale factors (float32) rather than values
+// (float16/bfloat16/float32/float8_e4m3fn).
 struct Slot {
   const char* dims = nullptr;
   bool index = false;
+  bool scale = false;
 };
+
+// The slot of q_descale/k_descale/v_descale: float32 [batch, heads_kv].
+inline constexpr Slot kDescaleSlot{"[batch, heads_kv]", false, true};
 
 const char* dims_of(const char* name, Slot slot);
 
@@ -69,7 +81,9 @@ TensorView view_of(const Array& array, const char* name, Slot slot = {}) {
   check_rank(shape_of(array), name, dims_of(name, slot));
   TensorView view;
   view.data = const_cast<void*>(static_cast<const void*>(array.data()));
-  view.dtype = slot.index ? index_dtype_of(array.dtype(), name) : dtype_of(array.dtype(), name);
+  view.dtype = slot.index   ? index_dtype_of(array.dtype(), name)
+               : slot.scale ? scale_dtype_of(array.dtype(), name)
+                            : dtype_of(array.dtype(), name);
   view.device = device_of(array.device_type(), array.device_id(), name);
   view.ndim = static_cast<int>(array.ndim());
   for (size_t i = 0; i < array.ndim(); ++i) {

@@ -78,11 +78,13 @@ def _torch_entry():
 
 
 def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, out=None,
-              backend=None, stream=None):
+              backend=None, stream=None, q_descale=None, k_descale=None, v_descale=None,
+              out_dtype=None):
     """out = softmax(q k^T * softmax_scale) v, in the BSHD layout.
 
     q: [batch, seqlen_q, heads_q, head_dim]; k, v: [batch, seqlen_k, heads_kv, head_dim], any
-    strides with the last dimension contiguous; float16, bfloat16 or float32 (all the same).
+    strides with the last dimension contiguous; float16, bfloat16 or float32 (all the same), or
+    float8_e4m3fn (torch.float8_e4m3fn, ml_dtypes.float8_e4m3fn for NumPy; all three).
     causal: a bool; query i sees key j <= i + seqlen_k - seqlen_q (bottom-right aligned).
     softmax_scale: a real number, finite and > 0; default 1/sqrt(head_dim). heads_q must be a
         multiple of heads_kv (GQA/MQA).
@@ -93,6 +95,12 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, ou
         stream object of q's device (torch.cuda.Stream, cupy.cuda.Stream, or any with
         __cuda_stream__); default: torch's current stream for torch tensors, CuPy's current
         stream for CuPy arrays, else 0 (legacy default stream).
+    q_descale, k_descale, v_descale: fp8 inputs only: float32 [batch, heads_kv] on q's device
+        (FA3's convention), None meaning 1.0. Query head h of batch entry b reads
+        float(q) * q_descale[b, h // (heads_q / heads_kv)], keys float(k) * k_descale[b, h_kv];
+        softmax_scale applies to the dequantized scores.
+    out_dtype: fp8 inputs only: "bfloat16" (default) or "float16", or the torch/NumPy dtype;
+        for other inputs out has q's dtype and out_dtype may only name it. lse stays float32.
 
     Returns out, or (out, lse) when return_lse. Raises FlashCoreError (a ValueError) naming the
     argument, its value and what was expected; for an argument of the wrong type (causal="yes",
@@ -101,17 +109,19 @@ def attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False, ou
     causal = _arrays.flag("causal", causal)
     return_lse = _arrays.flag("return_lse", return_lse)
     softmax_scale = _arrays.softmax_scale_value(softmax_scale)
+    fp8 = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+               out_dtype=out_dtype)
     if _is_torch_tensor(q):
         torch_entry = _torch_entry()
         if out is None and stream is None:  # the common call: straight to the torch op's entry
             return torch_entry.attention(q, k, v, causal, softmax_scale, return_lse, "bshd",
-                                         backend)
+                                         backend, **fp8)
         return torch_entry.attention_any(
             q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse, out=out,
-            backend=_arrays.backend_name(backend), stream=stream)
+            backend=_arrays.backend_name(backend), stream=stream, **fp8)
     return _arrays.attention_dlpack(
         q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse, out=out,
-        backend=_arrays.backend_name(backend), stream=stream)
+        backend=_arrays.backend_name(backend), stream=stream, **fp8)
 
 
 def attention_workspace_bytes(q, k=None, *, causal=False):
@@ -130,12 +140,14 @@ def attention_workspace_bytes(q, k=None, *, causal=False):
     return _arrays.workspace_bytes(q, k, causal)
 
 
-def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None):
+def select_backend(q, k, v, *, causal=False, softmax_scale=None, backend=None, q_descale=None,
+                   k_descale=None, v_descale=None, out_dtype=None):
     """The backend `attention` would run for these arrays (NumPy/DLPack), or FlashCoreError."""
     return _arrays.select_backend_dlpack(
         q, k, v, causal=_arrays.flag("causal", causal),
         softmax_scale=_arrays.softmax_scale_value(softmax_scale),
-        backend=_arrays.backend_name(backend))
+        backend=_arrays.backend_name(backend), q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, out_dtype=out_dtype)
 
 
 def _check_flags(causal, return_lse, check_indices, softmax_scale):
@@ -146,7 +158,8 @@ def _check_flags(causal, return_lse, check_indices, softmax_scale):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, seqused_k=None, return_lse=False, out=None,
-                     check_indices=False, backend=None, stream=None):
+                     check_indices=False, backend=None, stream=None, q_descale=None,
+                     k_descale=None, v_descale=None, out_dtype=None):
     """Attention over a batch of sequences of different lengths, packed back to back.
 
     q: [total_q, heads_q, head_dim]; k, v: [total_k, heads_kv, head_dim]. Sequence b is rows
@@ -158,33 +171,37 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     check_indices: copy the index tensors to the host (a synchronization on CUDA) and check
     their values (non-decreasing cu_seqlens within the tensors); without it wrong values give
     wrong answers but never an access outside the tensors.
-    Other arguments as flashcore.attention. Returns out (like q), or (out, lse) with lse
-    [heads_q, total_q] float32.
+    q_descale, k_descale, v_descale: fp8 inputs, float32 [batch, heads_kv]: one factor per
+    sequence and kv head. Other arguments as flashcore.attention. Returns out (like q; out_dtype
+    for fp8), or (out, lse) with lse [heads_q, total_q] float32.
     """
     causal, return_lse, check_indices, softmax_scale = _check_flags(
         causal, return_lse, check_indices, softmax_scale)
     max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = _serving.seqlen_value("max_seqlen_k", max_seqlen_k)
     backend = _arrays.backend_name(backend)
+    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):
         return _torch_entry().attention_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal,
             softmax_scale=softmax_scale, seqused_k=seqused_k, return_lse=return_lse, out=out,
-            check_indices=check_indices, backend=backend, stream=stream)
+            check_indices=check_indices, backend=backend, stream=stream, out_dtype=out_dtype,
+            **descales)
     tensors = dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                   seqused_k=seqused_k)
+                   seqused_k=seqused_k, **descales)
     options = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                    softmax_scale=softmax_scale, causal=causal, backend=backend,
                    check_indices=check_indices)
     return _serving.attention_serving_dlpack(
         tensors, lse_dims=_serving.lse_shape(q, packed=True) if hasattr(q, "shape") else None,
-        return_lse=return_lse, out=out, stream=stream, options=options)
+        return_lse=return_lse, out=out, stream=stream, options=options, out_dtype=out_dtype)
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=None, k=None,
                            v=None, cu_seqlens_q=None, max_seqlen_q=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, check_indices=False,
-                           backend=None, stream=None):
+                           backend=None, stream=None, q_descale=None, k_descale=None,
+                           v_descale=None, out_dtype=None):
     """Attention of q over a kv cache, after appending k/v to it in place (a decode step or a
     chunk of prefill in one call).
 
@@ -207,8 +224,12 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=Non
     check_indices: copy the index tensors to the host (a synchronization on CUDA) and check
         their values (pages in range, no overflow); without it wrong values give wrong answers
         but never an access outside the tensors.
-    Other arguments as flashcore.attention. Returns out (like q), or (out, lse) with lse
-    [batch, heads_q, seqlen_q] float32 for a dense q, [heads_q, total_q] for a packed one.
+    q_descale, k_descale, v_descale: fp8 inputs (q, the cache and k/v all float8_e4m3fn),
+        float32 [batch, heads_kv]: one factor per sequence and kv head, the same for its cached
+        and its appended tokens (the append stores k/v as they are, no rescaling).
+    Other arguments as flashcore.attention. Returns out (like q; out_dtype for fp8), or
+    (out, lse) with lse [batch, heads_q, seqlen_q] float32 for a dense q, [heads_q, total_q] for
+    a packed one.
     """
     causal, return_lse, check_indices, softmax_scale = _check_flags(
         causal, return_lse, check_indices, softmax_scale)
@@ -222,19 +243,23 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=Non
                 f"max_seqlen_q={max_seqlen_q} is only for a packed q (with cu_seqlens_q); a dense "
                 "q's seqlen_q is its second dimension")
     backend = _arrays.backend_name(backend)
+    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
     if _is_torch_tensor(q):  # flashcore.torch names the tensors as this function does
         return _torch_entry().attention_with_kvcache(
             q, k_cache, v_cache, cache_seqlens, page_table=page_table, k=k, v=v,
             cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, causal=causal,
             softmax_scale=softmax_scale, return_lse=return_lse, out=out,
-            check_indices=check_indices, backend=backend, stream=stream)
+            check_indices=check_indices, backend=backend, stream=stream, out_dtype=out_dtype,
+            **descales)
     tensors = dict(q=q, k=k_cache, v=v_cache, cu_seqlens_q=cu_seqlens_q,
-                   cache_seqlens=cache_seqlens, page_table=page_table, k_new=k, v_new=v)
+                   cache_seqlens=cache_seqlens, page_table=page_table, k_new=k, v_new=v,
+                   **descales)
     options = dict(max_seqlen_q=max_seqlen_q, softmax_scale=softmax_scale, causal=causal,
                    backend=backend, check_indices=check_indices)
     try:
         return _serving.attention_serving_dlpack(
             tensors, lse_dims=_serving.lse_shape(q, packed) if hasattr(q, "shape") else None,
-            return_lse=return_lse, out=out, stream=stream, options=options)
+            return_lse=return_lse, out=out, stream=stream, options=options,
+            out_dtype=out_dtype)
     except FlashCoreError as error:
         _serving.reraise_with_kvcache_names(error)

@@ -15,9 +15,19 @@ import numpy as np
 from . import _flashcore
 from ._flashcore import FlashCoreError, FlashCoreTypeError
 
-# Codes of the raw tensor tuples understood by _flashcore.attention_forward_raw.
-RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32 = 0, 1, 2
+# Codes of the raw tensor tuples understood by _flashcore.attention_forward_raw
+# (_flashcore_views.h, RawDType).
+RAW_FLOAT16, RAW_BFLOAT16, RAW_FLOAT32, RAW_INT32, RAW_FLOAT8_E4M3 = 0, 1, 2, 3, 4
 RAW_CPU, RAW_CUDA = 0, 1
+# The raw code of each NumPy dtype by name (bfloat16 and float8_e4m3fn are ml_dtypes' types).
+_RAW_CODES = {"float16": RAW_FLOAT16, "bfloat16": RAW_BFLOAT16, "float32": RAW_FLOAT32,
+              "int32": RAW_INT32, "float8_e4m3fn": RAW_FLOAT8_E4M3}
+# The dtypes of q, k, v and out, as messages list them (_flashcore_views.cpp says the same).
+VALUE_DTYPES = "float16, bfloat16, float32 or float8_e4m3fn"
+FP8 = "float8_e4m3fn"
+# Output dtypes of an fp8 call; the first is the default.
+FP8_OUT_DTYPES = ("bfloat16", "float16")
+DESCALE_NAMES = ("q_descale", "k_descale", "v_descale")
 
 _EXPECTED_ARRAY = "a NumPy array, a torch.Tensor or a DLPack array (CuPy, JAX)"
 # DLPack device types of host memory (kDLCPU, kDLCUDAHost: pinned memory is host memory).
@@ -148,19 +158,94 @@ def _dlpack_device(array):
         return None
 
 
-def _is_numpy_bfloat16(array):
-    # NumPy has no bfloat16; ml_dtypes adds one that DLPack cannot export, so it goes in raw.
-    return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
+def no_dlpack(array):
+    """A NumPy array DLPack cannot export: NumPy has no bfloat16 or float8_e4m3fn; ml_dtypes
+    adds them as custom dtypes, so such arrays go in as raw tensor tuples."""
+    return isinstance(array, np.ndarray) and array.dtype.name in ("bfloat16", FP8)
+
+
+def dtype_name(value):
+    """The name of a dtype given as a string, a NumPy/ml_dtypes dtype or type, or a torch.dtype
+    ("bfloat16", "float16", "float8_e4m3fn", ...). A TypeError for anything else."""
+    if isinstance(value, str):
+        return value
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    if value is not None and not isinstance(value, (bool, numbers.Number)):
+        try:
+            return np.dtype(value).name
+        except TypeError:
+            pass
+    raise FlashCoreTypeError(
+        "out_dtype must be None, a dtype name ('bfloat16', 'float16'), a torch dtype or a NumPy "
+        f"dtype, got {value!r} of type {type(value).__name__}")
+
+
+def array_dtype_name(array):
+    """q's dtype as NumPy and ml_dtypes name it (torch tensors: without the torch. prefix)."""
+    dtype = getattr(array, "dtype", None)
+    name = getattr(dtype, "name", None)
+    if isinstance(name, str):
+        return name
+    return str(dtype).replace("torch.", "")
+
+
+def out_dtype_name(q_dtype, out_dtype):
+    """The dtype of out for a call on q of dtype `q_dtype` (a name): q's own, except for fp8
+    inputs, whose out is bfloat16 (default) or float16. out_dtype may only differ from q's
+    dtype for fp8 inputs."""
+    if out_dtype is None:
+        return FP8_OUT_DTYPES[0] if q_dtype == FP8 else q_dtype
+    name = dtype_name(out_dtype)
+    if q_dtype == FP8:
+        if name not in FP8_OUT_DTYPES:
+            raise FlashCoreError(
+                f"out_dtype must be bfloat16 or float16 for fp8 inputs, got {name}")
+    elif name != q_dtype:
+        raise FlashCoreError(
+            f"out_dtype={name} is only for fp8 inputs: out has q's dtype ({q_dtype})")
+    return name
+
+
+def check_descales(q_dtype, descales):
+    """q_descale/k_descale/v_descale (None or tensors) are for fp8 inputs only."""
+    if q_dtype == FP8:
+        return
+    for name, value in zip(DESCALE_NAMES, descales):
+        if value is not None:
+            raise FlashCoreError(f"{name} is only for fp8 inputs (q is {q_dtype})")
+
+
+def check_out_dtype(out, out_dtype):
+    """A caller's out and out_dtype must agree (out_dtype is a name; None: no out_dtype)."""
+    if out is not None and out_dtype is not None:
+        have = array_dtype_name(out)
+        if have != out_dtype:
+            raise FlashCoreError(f"out has dtype {have} but out_dtype is {out_dtype}")
+
+
+def numpy_dtype(name):
+    """The NumPy dtype of a name, ml_dtypes' for bfloat16 and float8_e4m3fn."""
+    if name in ("bfloat16", FP8):
+        import ml_dtypes  # the caller's fp8 arrays came from it
+
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
 
 
 READ_ONLY_OUT = ("{name} is read-only: the result is written into {name}, so pass a writable "
                  "array (a NumPy array with flags.writeable=False is read-only)")
 
 
-def _numpy_raw(name, array, dtype_code=RAW_BFLOAT16, writable=False):
-    """A raw tensor tuple of a NumPy array; `writable` for outputs, which the raw path would
-    otherwise write even when read-only (the DLPack path checks this in _flashcore_views.cpp, with
-    the same message)."""
+def _numpy_raw(name, array, dtype_code=None, writable=False):
+    """A raw tensor tuple of a NumPy array (dtype_code None: from the array's dtype); `writable`
+    for outputs, which the raw path would otherwise write even when read-only (the DLPack path
+    checks this in _flashcore_views.cpp, with the same message)."""
+    if dtype_code is None:
+        dtype_code = _RAW_CODES.get(array.dtype.name)
+        if dtype_code is None:
+            raise FlashCoreError(f"{name} has dtype {array.dtype}, expected {VALUE_DTYPES}")
     if writable and not array.flags.writeable:
         raise FlashCoreError(READ_ONLY_OUT.format(name=name))
     itemsize = array.dtype.itemsize
@@ -201,14 +286,21 @@ def lse_shape(q):
     return (batch, heads_q, seqlen_q)
 
 
-def _allocate_outputs(q, out, return_lse):
+def allocate_out(xp, q, out_dtype):
+    """An out like q of dtype `out_dtype` (a name; None: q's dtype) from module xp."""
+    if out_dtype is None or out_dtype == array_dtype_name(q):
+        return xp.empty(q.shape, dtype=q.dtype)
+    return xp.empty(q.shape, dtype=numpy_dtype(out_dtype) if xp is np else out_dtype)
+
+
+def _allocate_outputs(q, out, return_lse, out_dtype=None):
     xp = _array_module(q)
     if out is None:
         if xp is None:
             raise FlashCoreError(
                 f"out= is required for q of type {type(q).__module__}.{type(q).__name__}: "
                 "FlashCore allocates outputs only for NumPy, CuPy and PyTorch arrays")
-        out = xp.empty(q.shape, dtype=q.dtype)
+        out = allocate_out(xp, q, out_dtype)
     else:
         check_array("out", out)
     lse = None
@@ -223,8 +315,9 @@ def _allocate_outputs(q, out, return_lse):
 
 
 def workspace_bytes(q, k=None, causal=False):
-    """attention_workspace_bytes for NumPy/DLPack arrays (NumPy bfloat16 has no DLPack)."""
-    if _is_numpy_bfloat16(q) or (k is not None and _is_numpy_bfloat16(k)):
+    """attention_workspace_bytes for NumPy/DLPack arrays (NumPy bfloat16 and float8_e4m3fn
+    have no DLPack)."""
+    if no_dlpack(q) or (k is not None and no_dlpack(k)):
         k_raw = None if k is None else _numpy_raw("k", k)
         return _flashcore.attention_workspace_bytes_raw(_numpy_raw("q", q), k_raw, bool(causal))
     return _flashcore.attention_workspace_bytes(q, k, bool(causal))
@@ -246,35 +339,92 @@ def _workspace(q, k, causal, stream):
     return workspace, workspace.data.ptr, nbytes
 
 
-def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
+def no_descales(descales):
+    """Whether a (q_descale, k_descale, v_descale) triple is all None (`is`: == on arrays
+    compares elements)."""
+    return descales[0] is None and descales[1] is None and descales[2] is None
+
+
+def fp8_options(q, out, descales, out_dtype):
+    """The out dtype name of a call (None: q's, with no fp8 involved) after the fp8 checks
+    every entry point shares: descales only for fp8 q, out_dtype bfloat16/float16 for fp8 q and
+    q's own dtype otherwise, and agreeing with out when both are given."""
+    if out_dtype is None and no_descales(descales) and not _is_fp8(q):
+        return None  # the common call: nothing to resolve
+    q_dtype = array_dtype_name(q)
+    check_descales(q_dtype, descales)
+    name = out_dtype_name(q_dtype, out_dtype)
+    check_out_dtype(out, None if out_dtype is None else name)
+    return name
+
+
+def _is_fp8(array):
+    return array_dtype_name(array) == FP8 if hasattr(array, "dtype") else False
+
+
+def raw_tensors(arrays, written=("out",)):
+    """Raw tuples of a call on NumPy arrays some of which DLPack cannot export (bfloat16,
+    float8_e4m3fn): every array goes raw. `arrays` maps argument names to arrays (None:
+    absent); `written` names the outputs (they must be writable)."""
+    raw = {}
+    for name, value in arrays.items():
+        if value is None:
+            raw[name] = None
+        elif isinstance(value, np.ndarray):
+            if name in DESCALE_NAMES and value.dtype != np.float32:  # the binding's wording
+                raise FlashCoreError(f"{name} must be float32, got {value.dtype}")
+            raw[name] = _numpy_raw(name, value, writable=name in written or name == "lse")
+        else:
+            _not_numpy(name, value, arrays)
+    return raw
+
+
+def _not_numpy(name, array, arrays):
+    other = next(n for n, a in arrays.items() if no_dlpack(a))
+    raise FlashCoreError(
+        f"{name} is a {type(array).__module__}.{type(array).__name__} but {other} is a NumPy "
+        f"{arrays[other].dtype} array, which has no DLPack export: pass NumPy arrays for "
+        "every tensor")
+
+
+def _check_arrays(q, k, v, descales):
     for name, value in (("q", q), ("k", k), ("v", v)):
         check_array(name, value)
+    for name, value in zip(DESCALE_NAMES, descales):
+        if value is not None:
+            check_array(name, value)
+
+
+def attention_dlpack(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream,
+                     q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    descales = (q_descale, k_descale, v_descale)
+    _check_arrays(q, k, v, descales)
+    out_dtype = fp8_options(q, out, descales, out_dtype)
     stream = _launch_stream(q, stream)  # before allocating: a bad stream costs nothing
-    out, lse = _allocate_outputs(q, out, return_lse)
-    if any(_is_numpy_bfloat16(a) for a in (q, k, v, out)):
-        tensors = [
-            _numpy_raw(name, a, writable=name == "out") if _is_numpy_bfloat16(a)
-            else _not_bfloat16(name, a)
-            for name, a in (("q", q), ("k", k), ("v", v), ("out", out))
-        ]
-        lse_raw = None if lse is None else _numpy_raw("lse", lse, RAW_FLOAT32)
-        _flashcore.attention_forward_raw(*tensors, lse_raw, softmax_scale, causal, backend, 0)
+    out, lse = _allocate_outputs(q, out, return_lse, out_dtype)
+    if any(no_dlpack(a) for a in (q, k, v, out)):
+        raw = raw_tensors(dict(q=q, k=k, v=v, out=out, lse=lse, q_descale=q_descale,
+                               k_descale=k_descale, v_descale=v_descale))
+        _flashcore.attention_forward_raw(**raw, softmax_scale=softmax_scale, causal=causal,
+                                         backend=backend, stream=0)
     else:
         workspace, workspace_ptr, workspace_bytes = _workspace(q, k, causal, stream)
         _flashcore.attention_forward(q, k, v, out, lse, softmax_scale, causal, backend, stream,
-                                     workspace_ptr, workspace_bytes)
+                                     workspace_ptr, workspace_bytes, *descales)
         del workspace  # back to CuPy's pool of the launch stream
     return (out, lse) if return_lse else out
 
 
-def _not_bfloat16(name, array):
-    raise FlashCoreError(
-        f"{name} has dtype {getattr(array, 'dtype', type(array).__name__)} but another argument "
-        "is bfloat16: q, k, v and out must share one dtype")
-
-
-def select_backend_dlpack(q, k, v, *, causal, softmax_scale, backend):
-    for name, value in (("q", q), ("k", k), ("v", v)):
-        check_array(name, value)
-    out, _ = _allocate_outputs(q, None, False)
-    return _flashcore.select_backend(q, k, v, out, None, softmax_scale, causal, backend)
+def select_backend_dlpack(q, k, v, *, causal, softmax_scale, backend, q_descale=None,
+                          k_descale=None, v_descale=None, out_dtype=None):
+    descales = (q_descale, k_descale, v_descale)
+    _check_arrays(q, k, v, descales)
+    out_dtype = fp8_options(q, None, descales, out_dtype)
+    out, _ = _allocate_outputs(q, None, False, out_dtype)
+    if any(no_dlpack(a) for a in (q, k, v, out)):
+        raw = raw_tensors(dict(q=q, k=k, v=v, out=out, q_descale=q_descale,
+                               k_descale=k_descale, v_descale=v_descale))
+        return _flashcore.select_backend_raw(**raw, softmax_scale=softmax_scale, causal=causal,
+                                             backend=backend)
+    return _flashcore.select_backend(q, k, v, out, None, softmax_scale, causal, backend,
+                                     *descales)

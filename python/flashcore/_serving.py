@@ -60,14 +60,14 @@ def lse_shape(q, packed):
     return _arrays.lse_shape(q) if len(q.shape) == 4 else None
 
 
-def _allocate(q, out, return_lse, lse_dims):
+def _allocate(q, out, return_lse, lse_dims, out_dtype):
     xp = _arrays._array_module(q)
     if out is None:
         if xp is None:
             raise FlashCoreError(
                 f"out= is required for q of type {type(q).__module__}.{type(q).__name__}: "
                 "FlashCore allocates outputs only for NumPy, CuPy and PyTorch arrays")
-        out = xp.empty(q.shape, dtype=q.dtype)
+        out = _arrays.allocate_out(xp, q, out_dtype)
     else:
         _arrays.check_array("out", out)
     lse = None
@@ -104,31 +104,29 @@ def _numpy_index_raw(name, array):
     return _arrays._numpy_raw(name, array, RAW_INT32)
 
 
-def attention_serving_dlpack(tensors, *, lse_dims, return_lse, out, stream, options):
+def attention_serving_dlpack(tensors, *, lse_dims, return_lse, out, stream, options,
+                             out_dtype=None):
     """One serving call on NumPy/DLPack arrays. `tensors` maps AttentionArgs names to arrays
-    (None: absent), in argument order; `options` holds the scalar arguments of
-    _flashcore.attention_serving. Returns out, or (out, lse)."""
+    (None: absent), in argument order, the fp8 descales (q_descale, k_descale, v_descale)
+    among them; `options` holds the scalar arguments of _flashcore.attention_serving;
+    out_dtype the caller's (None, a name, a NumPy or torch dtype). Returns out, or
+    (out, lse)."""
     for name, value in tensors.items():
         if value is not None:
             _arrays.check_array(name, value)
     q = tensors["q"]
+    descales = tuple(tensors.get(name) for name in _arrays.DESCALE_NAMES)
+    out_dtype = _arrays.fp8_options(q, out, descales, out_dtype)
     stream = _arrays._launch_stream(q, stream)  # before allocating: a bad stream costs nothing
-    out, lse = _allocate(q, out, return_lse, lse_dims)
+    out, lse = _allocate(q, out, return_lse, lse_dims, out_dtype)
     arrays = dict(tensors, out=out, lse=lse)
-    if _arrays._is_numpy_bfloat16(q):  # NumPy bfloat16 has no DLPack: every array goes raw
+    if _arrays.no_dlpack(q):  # NumPy bfloat16 and fp8 have no DLPack: every array goes raw
         written = ("out", "k", "v") if tensors.get("k_new") is not None else ("out",)
-        raw = {}
-        for name, value in arrays.items():
-            if value is None:
-                raw[name] = None
-            elif name in INDEX_NAMES:
-                raw[name] = _numpy_index_raw(name, value)
-            elif name == "lse":
-                raw[name] = _arrays._numpy_raw(name, value, _arrays.RAW_FLOAT32, writable=True)
-            elif _arrays._is_numpy_bfloat16(value):
-                raw[name] = _arrays._numpy_raw(name, value, writable=name in written)
-            else:
-                _arrays._not_bfloat16(name, value)
+        values = {name: value for name, value in arrays.items() if name not in INDEX_NAMES}
+        raw = _arrays.raw_tensors(values, written)
+        for name in INDEX_NAMES:
+            if arrays.get(name) is not None:
+                raw[name] = _numpy_index_raw(name, arrays[name])
         _flashcore.attention_serving_raw(**raw, stream=0, **options)
     else:
         _flashcore.attention_serving(**arrays, stream=stream,

@@ -60,7 +60,7 @@ def _input(tensor):
 
 
 def _launch(q, tensors, max_seqlen_q, max_seqlen_k, softmax_scale, causal, backend, stream,
-            check_indices, record_on):
+            check_indices, record_on, descales):
     """One library call on raw tuples (`tensors`: q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
     seqused_k, cache_seqlens, page_table, k_new, v_new). The workspace, when the library asks
     for one, comes from q's allocator; `record_on` is the launch stream when that is not torch's
@@ -78,15 +78,17 @@ def _launch(q, tensors, max_seqlen_q, max_seqlen_k, softmax_scale, causal, backe
     call = (q_raw, k_raw, v_raw, out_raw, lse_raw, cu_q, cu_k, max_seqlen_q, max_seqlen_k,
             seqused_k, cache_seqlens, page_table, k_new, v_new, softmax_scale, causal, backend,
             stream, check_indices, allocate, True)  # True: every pointer is a torch tensor's
+    call += _dense.raw_descales(descales)
     if q.is_cuda and q.get_device() != torch.cuda.current_device():
         with torch.cuda.device(q.get_device()):
             return _flashcore.attention_serving_raw(*call)
     return _flashcore.attention_serving_raw(*call)
 
 
-def _outputs(q, out, return_lse, packed):
+def _outputs(q, out, return_lse, packed, descales, out_dtype):
+    out_dtype = _dense.out_dtype_of(q, out_dtype, descales, out)
     if out is None:
-        out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+        out = torch.empty_like(q, memory_format=_CONTIGUOUS, dtype=out_dtype)
     lse = None
     if return_lse:
         dims = _serving.lse_shape(q, packed)
@@ -96,32 +98,38 @@ def _outputs(q, out, return_lse, packed):
 
 
 def _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k,
-                    causal, softmax_scale, return_lse, backend, check_indices, out=None,
-                    stream=None, record_on=None):
+                    causal, softmax_scale, return_lse, backend, check_indices, q_descale=None,
+                    k_descale=None, v_descale=None, out_dtype=None, out=None, stream=None,
+                    record_on=None):
     q, k, v = _input(q), _input(k), _input(v)
-    out, lse = _outputs(q, out, return_lse, packed=True)
+    descales = (q_descale, k_descale, v_descale)
+    out, lse = _outputs(q, out, return_lse, True, descales, out_dtype)
     tensors = (_dense._raw("q", q), _dense._raw("k", k), _dense._raw("v", v),
                _dense._raw("out", out), _raw_values("lse", lse),
                _raw_index("cu_seqlens_q", cu_seqlens_q), _raw_index("cu_seqlens_k", cu_seqlens_k),
                _raw_index("seqused_k", seqused_k), None, None, None, None)
     _launch(q, tensors, max_seqlen_q, max_seqlen_k, softmax_scale, causal, backend,
-            _dense._current_stream(q) if stream is None else stream, check_indices, record_on)
+            _dense._current_stream(q) if stream is None else stream, check_indices, record_on,
+            descales)
     return out, lse
 
 
 def _kvcache_forward(q, k_cache, v_cache, cache_seqlens, page_table, k, v, cu_seqlens_q,
                      max_seqlen_q, causal, softmax_scale, return_lse, backend, check_indices,
-                     out=None, stream=None, record_on=None):
+                     q_descale=None, k_descale=None, v_descale=None, out_dtype=None, out=None,
+                     stream=None, record_on=None):
     # The cache is used as it is (a copy would not be written); the library checks its strides.
     q, k, v = _input(q), _input(k), _input(v)
-    out, lse = _outputs(q, out, return_lse, packed=cu_seqlens_q is not None)
+    descales = (q_descale, k_descale, v_descale)
+    out, lse = _outputs(q, out, return_lse, cu_seqlens_q is not None, descales, out_dtype)
     tensors = (_dense._raw("q", q), _dense._raw("k", k_cache), _dense._raw("v", v_cache),
                _dense._raw("out", out), _raw_values("lse", lse),
                _raw_index("cu_seqlens_q", cu_seqlens_q), None, None,
                _raw_index("cache_seqlens", cache_seqlens), _raw_index("page_table", page_table),
                _raw_values("k_new", k), _raw_values("v_new", v))
     _launch(q, tensors, max_seqlen_q, 0, softmax_scale, causal, backend,
-            _dense._current_stream(q) if stream is None else stream, check_indices, record_on)
+            _dense._current_stream(q) if stream is None else stream, check_indices, record_on,
+            descales)
     return out, lse
 
 
@@ -129,29 +137,38 @@ def _empty_lse(q):
     return q.new_empty((0,), dtype=_FLOAT32)
 
 
-def _fake_outputs(q, return_lse, packed):
+def _fake_outputs(q, return_lse, packed, descales, out_dtype):
     dims = _serving.lse_shape(q, packed) if return_lse else None
-    return q.new_empty(q.shape), q.new_empty(dims if dims is not None else (0,), dtype=_FLOAT32)
+    out_dtype = _dense.out_dtype_of(q, out_dtype, descales)
+    return (q.new_empty(q.shape, dtype=out_dtype),
+            q.new_empty(dims if dims is not None else (0,), dtype=_FLOAT32))
 
 
+# The fp8 arguments come last in both schemas, with defaults (as in flashcore::attention_forward).
 @torch.library.custom_op("flashcore::attention_varlen", mutates_args=())
 def _attention_varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
                          max_seqlen_q: int, max_seqlen_k: int, seqused_k: Optional[torch.Tensor],
                          causal: bool, softmax_scale: Optional[float], return_lse: bool,
-                         backend: str, check_indices: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out like q [total_q, heads_q, head_dim] and lse [heads_q, total_q] (empty unless
-    return_lse)."""
+                         backend: str, check_indices: bool,
+                         q_descale: Optional[torch.Tensor] = None,
+                         k_descale: Optional[torch.Tensor] = None,
+                         v_descale: Optional[torch.Tensor] = None,
+                         out_dtype: Optional[torch.dtype] = None
+                         ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out like q [total_q, heads_q, head_dim] (out_dtype for fp8 q) and lse [heads_q, total_q]
+    (empty unless return_lse)."""
     out, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                seqused_k, causal, softmax_scale, return_lse, backend,
-                               check_indices)
+                               check_indices, q_descale, k_descale, v_descale, out_dtype)
     return out, _empty_lse(q) if lse is None else lse
 
 
 @_attention_varlen_op.register_fake
 def _attention_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                           seqused_k, causal, softmax_scale, return_lse, backend, check_indices):
-    return _fake_outputs(q, return_lse, packed=True)
+                           seqused_k, causal, softmax_scale, return_lse, backend, check_indices,
+                           q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    return _fake_outputs(q, return_lse, True, (q_descale, k_descale, v_descale), out_dtype)
 
 
 _attention_varlen_op.register_autograd(_dense._backward, setup_context=_dense._setup_context)
@@ -163,21 +180,29 @@ def _attention_with_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
                                k: Optional[torch.Tensor], v: Optional[torch.Tensor],
                                cu_seqlens_q: Optional[torch.Tensor], max_seqlen_q: int,
                                causal: bool, softmax_scale: Optional[float], return_lse: bool,
-                               backend: str,
-                               check_indices: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out like q and lse ([batch, heads_q, seqlen_q], or [heads_q, total_q] with cu_seqlens_q;
-    empty unless return_lse). Writes k/v into the cache when given."""
+                               backend: str, check_indices: bool,
+                               q_descale: Optional[torch.Tensor] = None,
+                               k_descale: Optional[torch.Tensor] = None,
+                               v_descale: Optional[torch.Tensor] = None,
+                               out_dtype: Optional[torch.dtype] = None
+                               ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out like q (out_dtype for fp8 q) and lse ([batch, heads_q, seqlen_q], or [heads_q,
+    total_q] with cu_seqlens_q; empty unless return_lse). Writes k/v into the cache when
+    given."""
     out, lse = _kvcache_forward(q, k_cache, v_cache, cache_seqlens, page_table, k, v,
                                 cu_seqlens_q, max_seqlen_q, causal, softmax_scale, return_lse,
-                                backend, check_indices)
+                                backend, check_indices, q_descale, k_descale, v_descale,
+                                out_dtype)
     return out, _empty_lse(q) if lse is None else lse
 
 
 @_attention_with_kvcache_op.register_fake
 def _attention_with_kvcache_fake(q, k_cache, v_cache, cache_seqlens, page_table, k, v,
                                  cu_seqlens_q, max_seqlen_q, causal, softmax_scale, return_lse,
-                                 backend, check_indices):
-    return _fake_outputs(q, return_lse, packed=cu_seqlens_q is not None)
+                                 backend, check_indices, q_descale=None, k_descale=None,
+                                 v_descale=None, out_dtype=None):
+    return _fake_outputs(q, return_lse, cu_seqlens_q is not None,
+                         (q_descale, k_descale, v_descale), out_dtype)
 
 
 def _all_plain(tensors):
@@ -217,6 +242,18 @@ def _launch_stream(q, stream):
     return stream, None if stream == current else stream
 
 
+_NO_DESCALES = (None, None, None)
+
+
+def _fp8_args(q, descales, out_dtype, out):
+    """The ops' trailing fp8 arguments (q_descale, k_descale, v_descale, out_dtype as a torch
+    dtype), checked before the dispatcher sees them so that errors name the arguments."""
+    _check_type("q", q, "")
+    out_dtype = _dense.out_dtype_of(q, out_dtype, descales, out)
+    _dense.raw_descales(descales)  # type and dtype of each
+    return descales + (out_dtype,)
+
+
 def _check_out(out):
     if out is not None:
         _check_type("out", out)
@@ -224,12 +261,14 @@ def _check_out(out):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, seqused_k=None, return_lse=False,
-                     out=None, check_indices=False, backend="auto", stream=None):
+                     out=None, check_indices=False, backend="auto", stream=None, q_descale=None,
+                     k_descale=None, v_descale=None, out_dtype=None):
     """flashcore.attention_varlen on torch tensors, through the custom op
     flashcore::attention_varlen (see its docstring for the arguments). With out= or stream= the
     call runs eagerly (not differentiable, not traceable)."""
     indices = (cu_seqlens_q, cu_seqlens_k, seqused_k)
-    plain = _all_plain((q, k, v) + indices)
+    descales = (q_descale, k_descale, v_descale)
+    plain = _all_plain((q, k, v) + indices + descales)
     if not plain:
         _check_types((("q", q), ("k", k), ("v", v)),
                      zip(("cu_seqlens_q", "cu_seqlens_k", "seqused_k"), indices))
@@ -242,6 +281,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     backend = _arrays.backend_name(backend)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
             softmax_scale, return_lse, backend, check_indices)
+    if not _arrays.no_descales(descales) or out_dtype is not None:
+        args += _fp8_args(q, descales, out_dtype, out)
     if out is None and stream is None:
         if _dispatcher_has_work(q, k, v, plain):
             out, lse = torch.ops.flashcore.attention_varlen(*args)
@@ -259,7 +300,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=None, k=None,
                            v=None, cu_seqlens_q=None, max_seqlen_q=None, causal=False,
                            softmax_scale=None, return_lse=False, out=None, check_indices=False,
-                           backend="auto", stream=None):
+                           backend="auto", stream=None, q_descale=None, k_descale=None,
+                           v_descale=None, out_dtype=None):
     """flashcore.attention_with_kvcache on torch tensors, through the custom op
     flashcore::attention_with_kvcache (see its docstring for the arguments); k_cache/v_cache are
     written in place when k/v are given. Forward only. With out= or stream= the call runs
@@ -267,17 +309,18 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, *, page_table=Non
     try:
         return _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v,
                                        cu_seqlens_q, max_seqlen_q, causal, softmax_scale,
-                                       return_lse, out, check_indices, backend, stream)
+                                       return_lse, out, check_indices, backend, stream,
+                                       (q_descale, k_descale, v_descale), out_dtype)
     except FlashCoreError as error:
         _serving.reraise_with_kvcache_names(error)
 
 
 def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v, cu_seqlens_q,
                             max_seqlen_q, causal, softmax_scale, return_lse, out, check_indices,
-                            backend, stream):
+                            backend, stream, descales, out_dtype):
     # Library names (k, v: the cache; k_new, v_new): the caller's wrapper rewords the messages.
     indices = (cache_seqlens, page_table, cu_seqlens_q)
-    plain = _all_plain((q, k_cache, v_cache, k, v) + indices)
+    plain = _all_plain((q, k_cache, v_cache, k, v) + indices + descales)
     if not plain:
         _check_types((("q", q), ("k", k_cache), ("v", v_cache), ("k_new", k), ("v_new", v)),
                      zip(("cache_seqlens", "page_table", "cu_seqlens_q"), indices))
@@ -297,6 +340,8 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
         raise NotImplementedError(_dense.BACKWARD_MISSING)
     args = (q, k_cache, v_cache, cache_seqlens, page_table, k, v, cu_seqlens_q, max_seqlen_q,
             causal, softmax_scale, return_lse, backend, check_indices)
+    if not _arrays.no_descales(descales) or out_dtype is not None:
+        args += _fp8_args(q, descales, out_dtype, out)
     if out is None and stream is None:
         if _dispatcher_has_work(q, k_cache, v_cache, plain):
             out, lse = torch.ops.flashcore.attention_with_kvcache(*args)

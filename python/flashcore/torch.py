@@ -37,6 +37,10 @@ _RAW_DTYPES = {
     torch.bfloat16: _arrays.RAW_BFLOAT16,
     torch.float32: _arrays.RAW_FLOAT32,
 }
+_FP8 = getattr(torch, "float8_e4m3fn", None)  # torch >= 2.1
+if _FP8 is not None:
+    _RAW_DTYPES[_FP8] = _arrays.RAW_FLOAT8_E4M3
+_NO_DESCALES = (None, None, None)
 _TENSOR_RANK = 4  # [batch, seqlen, heads, head_dim] or [batch, heads, seqlen, head_dim]
 _CONTIGUOUS = torch.contiguous_format
 _FLOAT32 = torch.float32
@@ -56,8 +60,8 @@ def _raw(name, tensor, bhsd=False):
     dtype_code = _RAW_DTYPES.get(tensor.dtype)
     if dtype_code is None:
         raise FlashCoreError(
-            f"{name} has dtype {tensor.dtype}, expected torch.float16, torch.bfloat16 or "
-            "torch.float32")
+            f"{name} has dtype {tensor.dtype}, expected torch.float16, torch.bfloat16, "
+            "torch.float32 or torch.float8_e4m3fn")
     if tensor.is_cuda:
         device_code, index = _arrays.RAW_CUDA, tensor.get_device()
     elif tensor.is_cpu:
@@ -69,6 +73,34 @@ def _raw(name, tensor, bhsd=False):
         shape = (shape[0], shape[2], shape[1], shape[3])
         strides = (strides[0], strides[2], strides[1], strides[3])
     return (tensor.data_ptr(), dtype_code, device_code, index, shape, strides)
+
+
+def _raw_descale(name, tensor):
+    """The raw tuple of an fp8 descale factor tensor (float32 [batch, heads_kv]), or None."""
+    if tensor is None:
+        return None
+    if not isinstance(tensor, torch.Tensor):
+        raise FlashCoreTypeError(
+            f"{name} must be a torch.Tensor (float32 [batch, heads_kv]) on q's device, got "
+            f"{type(tensor).__name__}")
+    if tensor.dtype != _FLOAT32:
+        raise FlashCoreError(
+            f"{name} must be float32, got {str(tensor.dtype).replace('torch.', '')}")
+    return _raw(name, tensor)
+
+
+def raw_descales(descales):
+    return tuple(_raw_descale(name, tensor)
+                 for name, tensor in zip(_arrays.DESCALE_NAMES, descales))
+
+
+def out_dtype_of(q, out_dtype, descales=_NO_DESCALES, out=None):
+    """The torch dtype of out for a call on q (the fp8 rules of _arrays.fp8_options), or None
+    for q's own dtype when nothing fp8 is involved (the common call: two comparisons)."""
+    if out_dtype is None and q.dtype != _FP8 and _arrays.no_descales(descales):
+        return None
+    name = _arrays.fp8_options(q, out, descales, out_dtype)
+    return getattr(torch, name)
 
 
 def _check_tensor(name, tensor, dims=_arrays.BSHD_DIMS):
@@ -120,11 +152,11 @@ def _workspace(q_raw, k_raw, causal, q, record_on):
 
 
 def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
-            record_on=None):
+            record_on=None, descales_raw=_NO_DESCALES):
     """Runs the library on raw BSHD tensors; switches the current CUDA device when q is
     elsewhere (torch's allocator and the library's launches then agree on the device)."""
     call = (q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
-            record_on)
+            record_on, descales_raw)
     if q_raw[2] == _arrays.RAW_CUDA and q_raw[3] != torch.cuda.current_device():
         with torch.cuda.device(q_raw[3]):
             return _run(*call)
@@ -132,7 +164,7 @@ def _launch(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, bac
 
 
 def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backend, stream,
-         record_on):
+         record_on, descales_raw):
     """Every pointer here is a torch tensor's, on the device that tensor reports (the library
     checks that all of them report q's), and the workspace comes from q's allocator: so the
     library may skip its per-pointer driver queries (AttentionArgs::device_pointers_verified;
@@ -141,7 +173,8 @@ def _run(q_raw, k_raw, v_raw, out_raw, lse_raw, q, causal, softmax_scale, backen
     workspace_ptr, nbytes = (0, 0) if workspace is None else (workspace.data_ptr(),
                                                               workspace.numel())
     return _flashcore.attention_forward_raw(q_raw, k_raw, v_raw, out_raw, lse_raw, softmax_scale,
-                                            causal, backend, stream, workspace_ptr, nbytes, True)
+                                            causal, backend, stream, workspace_ptr, nbytes, True,
+                                            *descales_raw)
 
 
 def _last_dim_contiguous(tensor):
@@ -150,40 +183,52 @@ def _last_dim_contiguous(tensor):
     return tensor if tensor.stride(-1) == 1 else tensor.contiguous()
 
 
-def _forward(q, k, v, causal, softmax_scale, return_lse, in_bhsd, out_bhsd, backend):
+def _forward(q, k, v, causal, softmax_scale, return_lse, in_bhsd, out_bhsd, backend,
+             descales=_NO_DESCALES, out_dtype=None):
     """The op's implementation: out contiguous in the output layout, lse [b, h, s_q] float32 or
-    None when not asked for. q/k/v are BHSD when in_bhsd, else BSHD."""
+    None when not asked for. q/k/v are BHSD when in_bhsd, else BSHD. out_dtype: a torch dtype
+    (fp8 inputs: bfloat16 or float16), None for q's."""
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    out_dtype = out_dtype_of(q, out_dtype, descales)
     q_raw = _raw("q", q, in_bhsd)
     batch, seqlen_q, heads_q, head_dim = q_raw[4]
     if in_bhsd == out_bhsd:
-        out = torch.empty_like(q, memory_format=_CONTIGUOUS)
+        out = torch.empty_like(q, memory_format=_CONTIGUOUS, dtype=out_dtype)
     else:
         out = q.new_empty((batch, heads_q, seqlen_q, head_dim) if out_bhsd else
-                          (batch, seqlen_q, heads_q, head_dim))
+                          (batch, seqlen_q, heads_q, head_dim), dtype=out_dtype)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=_FLOAT32) if return_lse else None
     _launch(q_raw, _raw("k", k, in_bhsd), _raw("v", v, in_bhsd), _raw("out", out, out_bhsd),
             None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend,
-            _current_stream(q))
+            _current_stream(q), descales_raw=raw_descales(descales))
     return out, lse
 
 
+# The fp8 arguments (q_descale, k_descale, v_descale, out_dtype) come last in every op's schema,
+# with defaults: calls written for the schema before them keep working.
 @torch.library.custom_op("flashcore::attention_forward", mutates_args=())
 def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                        softmax_scale: Optional[float], return_lse: bool, layout: str,
-                       backend: str) -> Tuple[torch.Tensor, torch.Tensor]:
-    """out (like q, contiguous in `layout`) and lse [b, h, s_q] float32 (empty unless
-    return_lse)."""
+                       backend: str, q_descale: Optional[torch.Tensor] = None,
+                       k_descale: Optional[torch.Tensor] = None,
+                       v_descale: Optional[torch.Tensor] = None,
+                       out_dtype: Optional[torch.dtype] = None
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """out (like q, contiguous in `layout`; out_dtype for fp8 q, default bfloat16) and lse
+    [b, h, s_q] float32 (empty unless return_lse)."""
     bhsd = layout == "bhsd"
-    out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend)
+    out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend,
+                        (q_descale, k_descale, v_descale), out_dtype)
     if lse is None:
         lse = q.new_empty((0,), dtype=_FLOAT32)
     return out, lse
 
 
 @_attention_forward.register_fake
-def _attention_forward_fake(q, k, v, causal, softmax_scale, return_lse, layout, backend):
-    out = q.new_empty(q.shape)
+def _attention_forward_fake(q, k, v, causal, softmax_scale, return_lse, layout, backend,
+                            q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
+    out = q.new_empty(q.shape, dtype=out_dtype_of(q, out_dtype,
+                                                  (q_descale, k_descale, v_descale)))
     if return_lse:
         lse = q.new_empty(_arrays.lse_shape(_to_bshd(q, layout)), dtype=_FLOAT32)
     else:
@@ -239,13 +284,16 @@ def _dispatcher_has_work(q, k, v):
 
 
 def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layout="bshd",
-              backend="auto"):
+              backend="auto", *, q_descale=None, k_descale=None, v_descale=None,
+              out_dtype=None):
     """FlashCore attention on torch tensors through the custom op flashcore::attention_forward.
 
     layout="bshd": q [b, s_q, h_q, d], k/v [b, s_k, h_kv, d]. layout="bhsd": SDPA's
     [b, h, s, d], read through strides without copies; out comes back in the input's layout.
     causal is bottom-right aligned (decode with s_q < s_k sees the whole cache); GQA/MQA when
     h_q is a multiple of h_kv. Returns out, or (out, lse) with lse [b, h_q, s_q] float32.
+    fp8: q, k, v torch.float8_e4m3fn with q_descale/k_descale/v_descale float32 [b, h_kv]
+    (None: 1.0) and out_dtype torch.bfloat16 (default) or torch.float16 (flashcore.attention).
     Works under torch.compile(fullgraph=True) and CUDA graph capture; forward only. Plain eager
     calls with nothing for the dispatcher to do run the op's implementation directly.
     """
@@ -254,7 +302,21 @@ def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False, layou
     softmax_scale = _arrays.softmax_scale_value(softmax_scale)
     return_lse = _arrays.flag("return_lse", return_lse)
     backend = _arrays.backend_name(backend)
-    if _dispatcher_has_work(q, k, v):
+    descales = (q_descale, k_descale, v_descale)
+    out_dtype = out_dtype_of(q, out_dtype, descales)  # checked here, named as the caller did
+    if out_dtype is not None or not _arrays.no_descales(descales):
+        for name, tensor in zip(_arrays.DESCALE_NAMES, descales):
+            _raw_descale(name, tensor)  # type and dtype, before the dispatcher sees them
+        plain = all(t is None or type(t) is _Tensor for t in descales)
+        if not plain or _dispatcher_has_work(q, k, v):
+            out, lse = torch.ops.flashcore.attention_forward(
+                q, k, v, causal, softmax_scale, return_lse, layout, backend, *descales,
+                out_dtype)
+        else:
+            bhsd = layout == "bhsd"
+            out, lse = _forward(q, k, v, causal, softmax_scale, return_lse, bhsd, bhsd, backend,
+                                descales, out_dtype)
+    elif _dispatcher_has_work(q, k, v):
         out, lse = torch.ops.flashcore.attention_forward(q, k, v, causal, softmax_scale,
                                                          return_lse, layout, backend)
     else:
@@ -275,15 +337,20 @@ def attention_bhsd_to_bshd(q, k, v, causal, softmax_scale):
                      softmax_scale=softmax_scale)
 
 
-def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream):
+def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, stream,
+                  q_descale=None, k_descale=None, v_descale=None, out_dtype=None):
     """flashcore.attention for torch tensors (BSHD). Without out/stream it is the custom op;
     with them it runs eagerly into `out` on the given stream (not differentiable)."""
+    descales = (q_descale, k_descale, v_descale)
     if out is None and stream is None:
         return attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                         return_lse=return_lse, backend=backend)
+                         return_lse=return_lse, backend=backend, q_descale=q_descale,
+                         k_descale=k_descale, v_descale=v_descale, out_dtype=out_dtype)
     _check_common(q, k, v, "bshd")
     if not isinstance(out, torch.Tensor) and out is not None:
         raise FlashCoreTypeError(f"out must be a torch.Tensor like q, got {type(out).__name__}")
+    out_dtype = out_dtype_of(q, out_dtype, descales, out)
+    descales_raw = raw_descales(descales)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         raise NotImplementedError(BACKWARD_MISSING)
     current = _current_stream(q)
@@ -293,14 +360,14 @@ def attention_any(q, k, v, *, causal, softmax_scale, return_lse, out, backend, s
         stream = _arrays.stream_handle(stream, not q.is_cuda,
                                        q.get_device() if q.is_cuda else None)
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        out = torch.empty(q.shape, dtype=out_dtype or q.dtype, device=q.device)
     lse = None
     if return_lse:
         lse = torch.empty(_arrays.lse_shape(q), dtype=torch.float32, device=q.device)
     q_raw = _raw("q", q)
     _launch(q_raw, _raw("k", k), _raw("v", v), _raw("out", out),
             None if lse is None else _raw("lse", lse), q, causal, softmax_scale, backend, stream,
-            record_on=None if stream == current else stream)
+            record_on=None if stream == current else stream, descales_raw=descales_raw)
     return (out, lse) if return_lse else out
 
 

@@ -16,6 +16,14 @@ def _visible(seqlen_q, seqlen_k, causal):
     return cols <= rows + (seqlen_k - seqlen_q)
 
 
+def _upcast(x, compute_dtype):
+    """Low-precision inputs through float32 (NumPy cannot cast ml_dtypes' bfloat16 to float64
+    directly everywhere); float64 inputs (fp8 values already dequantized) as they are."""
+    x = np.asarray(x)
+    return x.astype(compute_dtype) if x.dtype == np.float64 else x.astype(np.float32).astype(
+        compute_dtype)
+
+
 def attention_reference(q, k, v, causal=False, softmax_scale=None, compute_dtype=np.float64,
                         p_dtype=None):
     """out [b, s_q, h_q, d] and lse [b, h_q, s_q] of BSHD inputs.
@@ -27,9 +35,8 @@ def attention_reference(q, k, v, causal=False, softmax_scale=None, compute_dtype
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
     scale = 1.0 / np.sqrt(head_dim) if softmax_scale is None else softmax_scale
     group = heads_q // heads_kv
-    q_c = np.asarray(q, dtype=np.float32).astype(compute_dtype)
-    k_c = np.repeat(np.asarray(k, dtype=np.float32).astype(compute_dtype), group, axis=2)
-    v_c = np.repeat(np.asarray(v, dtype=np.float32).astype(compute_dtype), group, axis=2)
+    q_c, k_c, v_c = (_upcast(x, compute_dtype) for x in (q, k, v))
+    k_c, v_c = np.repeat(k_c, group, axis=2), np.repeat(v_c, group, axis=2)
     scores = np.einsum("bqhd,bkhd->bhqk", q_c, k_c) * compute_dtype(scale)
     visible = _visible(seqlen_q, seqlen_k, causal)
     scores = np.where(visible, scores, -np.inf)
