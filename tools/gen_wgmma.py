@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generates src/cuda/ptx/wgmma_ops.cuh: one inline-asm wrapper per wgmma shape we use.
+"""Generates src/cuda/ptx/wgmma_ops.cuh: one inline-asm wrapper per wgmma shape we use (fp16 and
+bf16 m64nNk16, e4m3 m64nNk32).
 
 The accumulator operand list of wgmma.mma_async grows with N (N/2 fp32 registers per thread), and
 inline asm needs every register spelled out, so the wrappers are generated rather than written by
@@ -93,10 +94,61 @@ def emit(n):
     return "\n".join(lines)
 
 
+FP8_HEADER = """\
+// wgmma.mma_async m64nNk32 with e4m3 inputs and fp32 accumulators (FP8: both operands K-major,
+// the instruction has no transpose bits):
+//   ss: A and B from shared memory (matrix descriptors; one k32 step is 32 bytes, as a 16-bit
+//       k16 step is, so kmajor_descriptor serves both),
+//   rs: A from four 32-bit registers per thread (four e4m3 values each), B from shared memory.
+template <int kN>
+struct WgmmaM64K32E4M3;
+"""
+
+
+def emit_fp8(n):
+    acc = n // 2
+    scale = acc + 2
+
+    def asm(a_operand, scale_index, inputs):
+        return [
+            "    asm volatile(",
+            '        "{\\n.reg .pred p;\\n"',
+            f'        "setp.ne.b32 p, %{scale_index}, 0;\\n"',
+            f'        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 "',
+            f'        "{reg_list(0, acc)}, "',
+            f'        "{a_operand}, p, 1, 1;\\n}}\\n"',
+            f"        : {acc_constraints(acc)}",
+            f"        : {inputs});",
+        ]
+
+    lines = [
+        "template <>",
+        f"struct WgmmaM64K32E4M3<{n}> {{",
+        f"  static constexpr int kAccRegs = {acc};",
+        f"  __device__ __forceinline__ static void ss(float (&d)[{acc}], uint64_t desc_a, "
+        "uint64_t desc_b,",
+        "                                            int scale_d) {",
+    ]
+    lines += asm(f"%{acc}, %{acc + 1}", scale, '"l"(desc_a), "l"(desc_b), "r"(scale_d)')
+    lines += ["  }"]
+    scale = acc + 5
+    lines += [
+        f"  __device__ __forceinline__ static void rs(float (&d)[{acc}], const uint32_t (&a)[4],",
+        "                                            uint64_t desc_b, int scale_d) {",
+    ]
+    lines += asm(f"{{%{acc}, %{acc + 1}, %{acc + 2}, %{acc + 3}}}, %{acc + 4}", scale,
+                 '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)')
+    lines += ["  }", "};\n"]
+    return "\n".join(lines)
+
+
 def main():
     out = [HEADER]
     for n in WIDTHS:
         out.append(emit(n))
+    out.append(FP8_HEADER)
+    for n in WIDTHS:
+        out.append(emit_fp8(n))
     out.append("}  // namespace flashcore::detail\n")
     path = pathlib.Path("src/cuda/ptx/wgmma_ops.cuh")
     path.write_text("\n".join(out))

@@ -6,6 +6,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -100,6 +101,15 @@ std::vector<uint16_t> to_16bit(const std::vector<float>& values) {
     }
   }
   return bits;
+}
+
+// e4m3 bytes of values that e4m3 holds exactly (exact_values' k/4 do).
+inline std::vector<uint8_t> to_e4m3(const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bytes[i] = static_cast<uint8_t>(__nv_fp8_e4m3(values[i]).__x);
+  }
+  return bytes;
 }
 
 template <DType kDType>

@@ -3,6 +3,8 @@
 //       TMA, descriptors from kmajor_descriptor (the S = Q K^T GEMM).
 //   (b) RS: O (64 x N) = P (64 x K) * V (K x N), P from registers in accumulator layout packed by
 //       accumulator_to_a_fragments, V MN-major from TMA with the transpose bit (the O += P V GEMM).
+//   (c) SS in e4m3 (m64nNk32): the FP8 S = Q K^T, both operands K-major, 128 e4m3 per swizzled
+//       row, so one k32 step is 32 bytes as a 16-bit k16 step is.
 // Inputs are k/4 values, so results must match a CPU GEMM exactly.
 #include <cuda.h>
 
@@ -123,6 +125,44 @@ __global__ void __launch_bounds__(kWarpgroupThreads) wgmma_rs_kernel(
 #endif
 }
 
+template <int kN, int kK>
+__global__ void __launch_bounds__(kWarpgroupThreads) wgmma_e4m3_ss_kernel(
+    const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+    float* out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kColsPerBlock = kSwizzleBytes;  // e4m3: one byte per element
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ uint64_t bar;
+  uint8_t* a = align_to_swizzle_atom(smem_raw);
+  uint8_t* b = a + kRowsM * kK;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&bar, 1);
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(&bar, (kRowsM + kN) * kK);
+    for (int block = 0; block < kK / kColsPerBlock; ++block) {
+      tma_load_4d(a + block * kRowsM * kSwizzleBytes, &map_a, &bar, block * kColsPerBlock, 0, 0,
+                  0);
+      tma_load_4d(b + block * kN * kSwizzleBytes, &map_b, &bar, block * kColsPerBlock, 0, 0, 0);
+    }
+  }
+  mbarrier_wait_parity(&bar, 0);
+  float d[kN / 2];
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kK / 32; ++k) {
+    WgmmaM64K32E4M3<kN>::ss(d, kmajor_descriptor<kRowsM>(smem_u32(a), k),
+                            kmajor_descriptor<kN>(smem_u32(b), k), k > 0 ? 1 : 0);
+  }
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  fence_accumulators(d);
+  store_accumulator(d, out, kN);
+#endif
+}
+
 std::string case_name(const char* what, const char* dtype, int n, int k) {
   return std::string(what) + " " + dtype + " m64n" + std::to_string(n) + "k16 x " +
          std::to_string(k / 16) + " steps (K=" + std::to_string(k) + ")";
@@ -184,6 +224,37 @@ void check_rs() {
                              expected, out.to_host(), kRowsM, kN));
 }
 
+// D = A B^T in e4m3: A 64 x K, B N x K, both K-major.
+template <int kN, int kK>
+void check_e4m3_ss() {
+  const std::vector<float> a = exact_values(size_t(kRowsM) * kK, 5 + kN + kK);
+  const std::vector<float> b = exact_values(size_t(kN) * kK, 13 + kN * kK);
+  std::vector<float> expected(size_t(kRowsM) * kN, 0.0f);
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < kN; ++n) {
+      float acc = 0.0f;
+      for (int k = 0; k < kK; ++k) acc += a[size_t(m) * kK + k] * b[size_t(n) * kK + k];
+      expected[size_t(m) * kN + n] = acc;
+    }
+  DeviceBuffer<uint8_t> a_dev(to_e4m3(a)), b_dev(to_e4m3(b));
+  DeviceBuffer<float> out(expected.size());
+  ASSERT_CUDA(cudaMemset(out.ptr, 0xFF, out.count * sizeof(float)));  // NaN if never written
+  const CUtensorMap map_a =
+      matrix_tensor_map(a_dev.ptr, DType::kFloat8E4M3, kRowsM, kK, kRowsM, "a");
+  const CUtensorMap map_b = matrix_tensor_map(b_dev.ptr, DType::kFloat8E4M3, kN, kK, kN, "b");
+  const int smem = (kRowsM + kN) * kK + kSmemSlack;
+  auto kernel = wgmma_e4m3_ss_kernel<kN, kK>;
+  ASSERT_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<1, kWarpgroupThreads, smem>>>(map_a, map_b, out.ptr);
+  ASSERT_CUDA(cudaGetLastError());
+  const std::string name = "wgmma SS e4m3 m64n" + std::to_string(kN) + "k32 x " +
+                           std::to_string(kK / 32) + " steps (K=" + std::to_string(kK) + ")";
+  ASSERT_CUDA(synchronize_or_exit(name));
+  // Sums of k/4 products are multiples of 1/16 below 256 in magnitude: exact in fp32, and within
+  // the FP8 tensor cores' narrower accumulation too, so any difference is a layout mistake.
+  EXPECT_TRUE(matrices_equal(name, expected, out.to_host(), kRowsM, kN));
+}
+
 // The S = Q K^T shapes of the tile table: N = BLOCK_N, K = head_dim.
 TEST(Sm90Wgmma, SsKMajorSwizzled) {
   SKIP_WITHOUT_SM90();
@@ -202,6 +273,14 @@ TEST(Sm90Wgmma, RsRegisterAWithTransposedB) {
   check_rs<DType::kBFloat16, 128, 128>(); // d128 tile: two column blocks along N (uses LBO)
   check_rs<DType::kFloat16, 128, 128>();
   check_rs<DType::kBFloat16, 256, 80>();  // d256 tile: four column blocks, 5 K-steps
+}
+
+// The FP8 S = Q K^T shapes: K = head_dim (128 e4m3 per column block), N = BLOCK_N.
+TEST(Sm90Wgmma, E4m3SsKMajorSwizzled) {
+  SKIP_WITHOUT_SM90();
+  check_e4m3_ss<64, 128>();   // one column block along K
+  check_e4m3_ss<128, 128>();  // d128 tile
+  check_e4m3_ss<176, 256>();  // d256: two column blocks, N not a power of 2
 }
 
 }  // namespace

@@ -62,8 +62,9 @@ struct TensorMapDim {
 // Bytes of an element of the types the Hopper kernels load (Sm90ElementTraits on the device), and
 // the elements of one 128-byte swizzled row: a box's inner extent.
 inline int64_t tma_element_bytes(DType dtype) {
+  if (dtype == DType::kFloat8E4M3) return 1;
   if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
-    throw Error("sm90 backend: tensor maps take fp16 or bf16, got dtype " +
+    throw Error("sm90 backend: tensor maps take fp16, bf16 or fp8_e4m3, got dtype " +
                 std::to_string(static_cast<int>(dtype)));
   }
   return 2;
@@ -106,9 +107,10 @@ CUtensorMap encode_tensor_map(const BshdTensor& tensor, DType dtype,
     }
     packed_bytes *= dims[i].size;
   }
-  const CUtensorMapDataType data_type = dtype == DType::kBFloat16
-                                            ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  // e4m3 bytes travel as UINT8: TMA only moves them, wgmma reads them as e4m3.
+  const CUtensorMapDataType data_type = dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                        : dtype == DType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                   : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   CUtensorMap map;
   const CUresult status = tensor_map_encoder()(
       &map, data_type, kRank, const_cast<void*>(tensor.data), global_dim, global_stride_bytes,
