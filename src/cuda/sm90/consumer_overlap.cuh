@@ -138,15 +138,12 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
-  // The first block this consumer multiplies by V is the only one that can end past the keys
-  // (worked out when it is due, so that nothing stays live across the loop for it).
+  // The first block this consumer multiplies by V is the only one that can end past the keys.
   const auto zero_first_v_tail = [&](int stage, int first_n_block) {
-    if (!kComputes || !Layout::kv_tail_may_hold_garbage(params)) return;
-    const int zero_from = sm90_v_rows_to_zero_from<Config::kBlockN>(
-        true, Layout::seqlen_k(params, tile.batch), first_n_block);
-    if (zero_from < Config::kBlockN) {
-      sm90_zero_v_rows<Config>(smem.v_tile(stage), zero_from, thread_in_warpgroup,
-                               sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
+    if constexpr (kComputes) {
+      sm90_zero_v_past_keys<Config, Layout>(
+          smem.v_tile(stage), params, tile.batch, first_n_block, thread_in_warpgroup,
+          sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
     }
   };
   if (num_tiles == 0) release.after_last_qk();

@@ -183,12 +183,8 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
                              params.softmax_scale_log2);
     mbarrier_wait_parity(smem.v_full(stage), phase);
     if (step == 0) {  // the last block of the tile's range: the only one that can end past the keys
-      const int zero_from = sm90_v_rows_to_zero_from<Config::kBlockN>(
-          Layout::kv_tail_may_hold_garbage(params), Layout::seqlen_k(params, tile.batch), n_block);
-      if (zero_from < Config::kBlockN) {
-        sm90_zero_v_rows<Config>(smem.v(stage), zero_from, thread,
-                                 sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree));
-      }
+      sm90_zero_v_past_keys<Config, Layout>(smem.v(stage), params, tile.batch, n_block, thread,
+                                            sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree));
     }
     Math::issue_pv(o, p, smem_u32(smem.v(stage)));
     wgmma_wait_group<0>();

@@ -9,20 +9,12 @@
 
 #include <cstdint>
 
+#include "common/params.h"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 
 namespace flashcore::detail {
-
-// Row of `n_block` from which a V block holds no key of the sequence (kBlockN: none to zero).
-// Only the block holding the sequence's last key can have such rows.
-template <int kBlockN>
-__device__ __forceinline__ int sm90_v_rows_to_zero_from(bool tail_may_hold_garbage, int seqlen_k,
-                                                        int n_block) {
-  const int keys_in_block = seqlen_k - n_block * kBlockN;
-  return tail_may_hold_garbage && keys_in_block < kBlockN ? keys_in_block : kBlockN;
-}
 
 // Zeroes rows [first_row, kBlockN) of a V block (every 128-byte-swizzled column block: the
 // swizzle moves 16-byte chunks only within their row, so writing a row's eight chunks clears it),
@@ -45,6 +37,20 @@ __device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row
   }
   fence_proxy_async_shared();
   named_barrier_sync(barrier_id, Config::kThreadsPerWarpgroup);
+}
+
+// Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of sequence `batch`, where
+// the layout says such rows may hold anything; nothing for layouts that never do (compiled out)
+// and for blocks wholly inside the sequence (only the block of its last key has such rows).
+template <class Config, class Layout>
+__device__ __forceinline__ void sm90_zero_v_past_keys(uint8_t* v_block,
+                                                      const AttentionParams& params, int batch,
+                                                      int n_block, int thread_in_warpgroup,
+                                                      uint32_t barrier_id) {
+  if (!Layout::kv_tail_may_hold_garbage(params)) return;
+  const int keys_in_block = Layout::seqlen_k(params, batch) - n_block * Config::kBlockN;
+  if (keys_in_block >= Config::kBlockN) return;
+  sm90_zero_v_rows<Config>(v_block, keys_in_block, thread_in_warpgroup, barrier_id);
 }
 
 }  // namespace flashcore::detail

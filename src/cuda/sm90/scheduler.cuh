@@ -137,9 +137,10 @@ struct Sm90TileOrder {
     const int heads = sm90_tile_heads<Config>(params);
     const int blocks = tiles / heads;
     const int in_sequence = index - cursor_first_tile_;
-    const int section = in_sequence / (per_section_packed(heads) * blocks);
-    const int first_head = section * per_section_packed(heads);
-    const int pairs = min(per_section_packed(heads), heads - first_head);
+    const int heads_per_section = per_section < heads ? per_section : heads;
+    const int section = in_sequence / (heads_per_section * blocks);
+    const int first_head = section * heads_per_section;
+    const int pairs = min(heads_per_section, heads - first_head);
     const int rest = in_sequence - first_head * blocks;
     tile.head = first_head + rest % pairs;
     tile.m_block = blocks - 1 - rest / pairs;
@@ -148,10 +149,6 @@ struct Sm90TileOrder {
         tile.m_block, sm90_query_rows<Layout>(params, tile.batch, group_shift));
     tile.kv_split = kv_split;
     return tile;
-  }
-  // Heads per L2 section of one packed sequence (per_section counts (head, batch) pairs).
-  __device__ __forceinline__ int per_section_packed(int heads) const {
-    return per_section < heads ? per_section : heads;
   }
 };
 
