@@ -67,10 +67,12 @@ void row_float64(const AttentionParams& p, const KeyValueBlock& kv, const std::v
   *lse = max_score + std::log(sum);
 }
 
-void row_baseline(const AttentionParams& p, const KeyValueBlock& kv, const std::vector<double>& q,
-                  int keys, double* out, double* lse) {
+// The scaled scores of `keys` keys in float32, as a tensor-core GEMM with fp32 accumulation gives
+// them; returns their max.
+float float32_scores(const AttentionParams& p, const KeyValueBlock& kv,
+                     const std::vector<double>& q, int keys, std::vector<float>& scores) {
   const int d = p.head_dim;
-  std::vector<float> scores(keys);
+  scores.resize(keys);
   float max_score = -std::numeric_limits<float>::infinity();
   for (int j = 0; j < keys; ++j) {
     float dot = 0;
@@ -78,6 +80,14 @@ void row_baseline(const AttentionParams& p, const KeyValueBlock& kv, const std::
     scores[j] = dot * p.softmax_scale;
     max_score = std::max(max_score, scores[j]);
   }
+  return max_score;
+}
+
+void row_baseline(const AttentionParams& p, const KeyValueBlock& kv, const std::vector<double>& q,
+                  int keys, double* out, double* lse) {
+  const int d = p.head_dim;
+  std::vector<float> scores;
+  const float max_score = float32_scores(p, kv, q, keys, scores);
   float sum = 0;
   for (int j = 0; j < keys; ++j) sum += (scores[j] = std::exp(scores[j] - max_score));
   std::vector<float> accumulator(d, 0.0f);
@@ -97,14 +107,8 @@ void row_baseline(const AttentionParams& p, const KeyValueBlock& kv, const std::
 void row_baseline_fp8(const AttentionParams& p, const KeyValueBlock& kv,
                       const std::vector<double>& q, int keys, double* out, double* lse) {
   const int d = p.head_dim;
-  std::vector<float> scores(keys);
-  float max_score = -std::numeric_limits<float>::infinity();
-  for (int j = 0; j < keys; ++j) {
-    float dot = 0;
-    for (int c = 0; c < d; ++c) dot += float(q[c]) * float(kv.k[size_t(j) * d + c]);
-    scores[j] = dot * p.softmax_scale;
-    max_score = std::max(max_score, scores[j]);
-  }
+  std::vector<float> scores;
+  const float max_score = float32_scores(p, kv, q, keys, scores);
   float sum = 0;
   std::vector<float> accumulator(d, 0.0f);
   for (int j = 0; j < keys; ++j) {
