@@ -37,6 +37,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(barrier)) : "memory");
 }
 
+// An arrival on `barrier` once every cp.async this thread issued before it has landed; .noinc:
+// it counts as one of the arrivals the barrier was initialized to expect.
+__device__ __forceinline__ void mbarrier_arrive_on_cp_async(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(barrier))
+               : "memory");
+}
+
 // True once the phase with the given parity has completed (does not block for long: the hardware
 // may suspend the thread for a bounded time before answering false).
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* barrier, uint32_t parity) {

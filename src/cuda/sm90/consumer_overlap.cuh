@@ -40,6 +40,7 @@
 #include "cuda/sm90/consumer.cuh"
 #include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
+#include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
@@ -150,6 +151,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+    sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kKReady);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
@@ -181,6 +183,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
       sm90_trace(Sm90Event::kKReady);
       mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
+      sm90_kv_block_landed<Config, Layout>(params);
       sm90_trace(Sm90Event::kVReady);
       if (step == 1) zero_first_v_tail(previous.stage, n_block + 1);
       turns.begin();
@@ -223,6 +226,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
 
     // Epilogue of the loop: P V of the last tile.
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kVReady);
     if (num_tiles == 1) zero_first_v_tail(ring.stage, n_block);
     turns.begin();

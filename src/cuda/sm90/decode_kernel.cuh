@@ -89,9 +89,9 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
   sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
-                                             n_block, tile.head, tile.batch, lane);
+                                             false, n_block, tile.head, tile.batch, lane);
   sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
-                                             n_block, tile.head, tile.batch, lane);
+                                             true, n_block, tile.head, tile.batch, lane);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse.
@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     mbarrier_init(smem.q_full(), 1);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), 1);
-      mbarrier_init(smem.v_full(stage), 1);
+      mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
+      mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
     }
     mbarrier_init_fence();
   }
@@ -175,6 +175,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     const int n_block = kv_tiles.tile_at(step);
     float s[Math::kSAccRegs];
     mbarrier_wait_parity(smem.k_full(stage), phase);
+    sm90_kv_block_landed<Config, Layout>(params);
     Math::issue_qk(s, q_slab, smem_u32(smem.k(stage)));
     wgmma_wait_group<0>();
     fence_accumulators(s);
@@ -182,6 +183,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     sm90_scores_to_p<kDType>(s, o, p, softmax, rows, kv_tiles, n_block,
                              params.softmax_scale_log2);
     mbarrier_wait_parity(smem.v_full(stage), phase);
+    sm90_kv_block_landed<Config, Layout>(params);
     if (step == 0) {  // the last block of the tile's range: the only one that can end past the keys
       sm90_zero_v_past_keys<Config, Layout>(smem.v(stage), params, tile.batch, n_block, thread,
                                             sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree));

@@ -66,8 +66,8 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     mbarrier_init(smem.q_empty(), Config::kQEmptyArrivals);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), 1);
-      mbarrier_init(smem.v_full(stage), 1);
+      mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
+      mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
       mbarrier_init(smem.k_empty(stage), Config::kConsumerThreads);
       mbarrier_init(smem.v_empty(stage), Config::kConsumerThreads);
     }

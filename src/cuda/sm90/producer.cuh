@@ -17,6 +17,7 @@
 
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
@@ -82,12 +83,18 @@ __device__ __forceinline__ bool sm90_lead_lane(int lane) {
 
 // Arms `full` for one K/V block (lane 0), then every producer lane issues its boxes of it (the
 // warp's lanes wait for the arming, so no box can complete before the barrier expects it).
+// Gathered blocks (small pages, paged_gather.cuh) skip the arming: each lane's cp.async arrival
+// counts instead.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const CUtensorMap* map,
                                                            uint64_t* full,
                                                            const AttentionParams& params,
-                                                           int n_block, int kv_head, int batch,
-                                                           int lane) {
+                                                           bool is_v, int n_block, int kv_head,
+                                                           int batch, int lane) {
+  if (Layout::template kv_gathered<Config::kBlockN>(params)) {
+    sm90_gather_kv_block<Config>(dst, full, params, is_v, n_block, kv_head, batch, lane);
+    return;
+  }
   if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
   if constexpr (Layout::kProducerLanes > 1) __syncwarp();
   sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, batch, lane);
@@ -125,7 +132,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
-  sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, kv_tiles.tile_at(step),
+  sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, kv_tiles.tile_at(step),
                                              kv_head, tile.batch, lane);
   ring.advance();
 }
