@@ -34,20 +34,42 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
   constexpr int kChunksPerRow = kSwizzleBytes / kChunkBytes;
   constexpr int kChunkElements = kChunkBytes / Config::kElementBytes;
   constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
+  constexpr int kRowsPerLane = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
   const auto* base = static_cast<const uint8_t*>(is_v ? params.v : params.k);
   const int seqlen_k = params.seqlen_k_of(batch);
   const uint32_t dst_address = smem_u32(dst);
-  for (int row = lane; row < Config::kBlockN; row += kSm90GatherLanes) {
+  const int64_t batch_stride = is_v ? params.v_batch_stride : params.k_batch_stride;
+  const int64_t row_stride = is_v ? params.v_row_stride : params.k_row_stride;
+  const int64_t head_offset =
+      int64_t(kv_head) * (is_v ? params.v_head_stride : params.k_head_stride);
+  // Every row's page first, so a lane's page-table reads are in flight together instead of one
+  // read's latency per row ahead of its copies (32-bit pages: the producer has 24-40 registers).
+  // -1: a row past the block or a key past the sequence, zero-filled.
+  int page[kRowsPerLane];
+#pragma unroll
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    const int row = lane + i * kSm90GatherLanes;
     const int key = n_block * Config::kBlockN + row;
-    const bool key_valid = key < seqlen_k;
-    const int64_t offset = key_valid ? (is_v ? params.v_offset(batch, key, kv_head)
-                                             : params.k_offset(batch, key, kv_head))
-                                     : 0;
+    page[i] = -1;
+    if (row < Config::kBlockN && key < seqlen_k) {
+      const int64_t slot = batch * params.page_table_stride + key / params.page_size;
+      page[i] = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerLane; ++i) {
+    const int row = lane + i * kSm90GatherLanes;
+    if (row >= Config::kBlockN) break;
+    const int key = n_block * Config::kBlockN + row;
+    const bool key_valid = page[i] >= 0;
+    const int64_t offset =
+        key_valid ? page[i] * batch_stride + (key % params.page_size) * row_stride + head_offset
+                  : 0;
     const uint8_t* src_row = base + offset * Config::kElementBytes;
     const uint32_t dst_row = dst_address + row * kSwizzleBytes;
 #pragma unroll
     for (int block = 0; block < Config::kColumnBlocks; ++block) {
-#pragma unroll
+#pragma unroll 1
       for (int chunk = 0; chunk < kChunksPerRow; ++chunk) {
         const int column = block * Config::kBoxCols + chunk * kChunkElements;
         const bool valid = key_valid && column < params.head_dim;
