@@ -8,6 +8,9 @@
 #                                             # paged decode kernel times under ncu: FlashCore
 #                                             # and FA3 through JAX (a process each)
 #
+# Knobs: CTEST_ARGS (default "-L gpu") picks the ctest cases of STEP=check, SANITIZE=0 skips its
+# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces STEP=bench's ncu decode configs.
+#
 # Carry .anchors (FA3 wheel) for STEP=bench and .anchors-jax (flash_attn3_jax wheel) for the
 # JAX anchor; both fit one call with a lean tree. Logs and JSON go to OUT (default $OUT or
 # results/serving); the last lines printed are the summary.
@@ -81,13 +84,16 @@ PY
 
 if [ "$STEP" = check ]; then
   run build build || { printf '%s\n' "${summary[@]}"; exit 1; }
-  run ctest_gpu ctest --test-dir "$BUILD_DIR" -L gpu --output-on-failure
+  # shellcheck disable=SC2086
+  run ctest_gpu ctest --test-dir "$BUILD_DIR" ${CTEST_ARGS:--L gpu} --output-on-failure
   run pytest_serving_gpu python3 -m pytest -q -m gpu tests/python/test_varlen_torch.py \
     tests/python/test_kvcache_torch.py tests/python/test_torch_op.py
-  run sanitize_serving bash tools/device/sanitize.sh sm90 sm80
-  grep -E "\| (FINDINGS|clean)" "$OUT/sanitize_serving.log" | grep -c clean | \
-    sed 's/^/sanitizer clean runs: /'
-  grep -E "FINDINGS" "$OUT/sanitize_serving.log" | head -5
+  if [ "${SANITIZE:-1}" != 0 ]; then
+    run sanitize_serving bash tools/device/sanitize.sh sm90 sm80
+    grep -E "\| (FINDINGS|clean)" "$OUT/sanitize_serving.log" | grep -c clean | \
+      sed 's/^/sanitizer clean runs: /'
+    grep -E "FINDINGS" "$OUT/sanitize_serving.log" | head -5
+  fi
 elif [ "$STEP" = bench ]; then
   run build build || { printf '%s\n' "${summary[@]}"; exit 1; }
   run anchors install_anchors
@@ -96,9 +102,11 @@ elif [ "$STEP" = bench ]; then
   {
     echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls)"
     echo "config | flashcore | fa3-jax"
-    for cfg in "--batch 64 --keys 4096 --page-size 16" "--batch 64 --keys 4096 --page-size 1" \
-               "--batch 64 --keys 4096 --page-size 64" "--batch 64 --keys 4096 --page-size 0" \
-               "--batch 16 --keys 8192 --page-size 16" "--batch 1 --keys 32768 --page-size 16"; do
+    default_configs="--batch 64 --keys 4096 --page-size 16;--batch 64 --keys 4096 --page-size 1"
+    default_configs+=";--batch 64 --keys 4096 --page-size 64;--batch 64 --keys 4096 --page-size 0"
+    default_configs+=";--batch 16 --keys 8192 --page-size 16;--batch 1 --keys 32768 --page-size 16"
+    IFS=';' read -r -a configs <<<"${DECODE_CONFIGS:-$default_configs}"
+    for cfg in "${configs[@]}"; do
       splits=1
       [[ "$cfg" == "--batch 1 "* ]] && splits=16
       # shellcheck disable=SC2086
