@@ -31,51 +31,64 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
                                                      int n_block, int kv_head, int batch,
                                                      int lane) {
   constexpr int kChunkBytes = 16;
-  constexpr int kChunksPerRow = kSwizzleBytes / kChunkBytes;
+  constexpr int kChunksPerSwizzleRow = kSwizzleBytes / kChunkBytes;
+  constexpr int kChunksPerRow = Config::kColumnBlocks * kChunksPerSwizzleRow;
   constexpr int kChunkElements = kChunkBytes / Config::kElementBytes;
   constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
-  constexpr int kRowsPerLane = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
+  // A row's chunks go to neighbouring lanes, so one warp-wide copy reads whole rows (d128 bf16:
+  // 16 lanes a row, two rows a copy) and every 32-byte sector it touches is used.
+  constexpr int kLanesPerRow = kChunksPerRow < kSm90GatherLanes ? kChunksPerRow : kSm90GatherLanes;
+  constexpr int kRowsPerCopy = kSm90GatherLanes / kLanesPerRow;
+  constexpr int kChunksPerLane = kChunksPerRow / kLanesPerRow;
+  constexpr int kPageGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
+  static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
+
   const auto* base = static_cast<const uint8_t*>(is_v ? params.v : params.k);
   const int seqlen_k = params.seqlen_k_of(batch);
   const uint32_t dst_address = smem_u32(dst);
-  const int64_t batch_stride = is_v ? params.v_batch_stride : params.k_batch_stride;
+  const int64_t page_stride = is_v ? params.v_batch_stride : params.k_batch_stride;
   const int64_t row_stride = is_v ? params.v_row_stride : params.k_row_stride;
   const int64_t head_offset =
       int64_t(kv_head) * (is_v ? params.v_head_stride : params.k_head_stride);
-  // Every row's page first, so a lane's page-table reads are in flight together instead of one
-  // read's latency per row ahead of its copies (32-bit pages: the producer has 24-40 registers).
-  // -1: a row past the block or a key past the sequence, zero-filled.
-  int page[kRowsPerLane];
+  // The block's pages first, lane l holding row l + 32 g's in page[g], so the page-table reads
+  // are in flight together; the copies take them by shuffle. -1: a row past the block or a key
+  // past the sequence, zero-filled.
+  int page[kPageGroups];
 #pragma unroll
-  for (int i = 0; i < kRowsPerLane; ++i) {
-    const int row = lane + i * kSm90GatherLanes;
+  for (int g = 0; g < kPageGroups; ++g) {
+    const int row = g * kSm90GatherLanes + lane;
     const int key = n_block * Config::kBlockN + row;
-    page[i] = -1;
+    page[g] = -1;
     if (row < Config::kBlockN && key < seqlen_k) {
       const int64_t slot = batch * params.page_table_stride + key / params.page_size;
-      page[i] = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
+      page[g] = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
     }
   }
+  const int row_in_copy = lane / kLanesPerRow;
+  const int first_chunk = lane % kLanesPerRow;
 #pragma unroll
-  for (int i = 0; i < kRowsPerLane; ++i) {
-    const int row = lane + i * kSm90GatherLanes;
-    if (row >= Config::kBlockN) break;
-    const int key = n_block * Config::kBlockN + row;
-    const bool key_valid = page[i] >= 0;
-    const int64_t offset =
-        key_valid ? page[i] * batch_stride + (key % params.page_size) * row_stride + head_offset
-                  : 0;
-    const uint8_t* src_row = base + offset * Config::kElementBytes;
-    const uint32_t dst_row = dst_address + row * kSwizzleBytes;
-#pragma unroll
-    for (int block = 0; block < Config::kColumnBlocks; ++block) {
+  for (int g = 0; g < kPageGroups; ++g) {
 #pragma unroll 1
-      for (int chunk = 0; chunk < kChunksPerRow; ++chunk) {
-        const int column = block * Config::kBoxCols + chunk * kChunkElements;
+    for (int group_row = 0; group_row < kSm90GatherLanes; group_row += kRowsPerCopy) {
+      if (g * kSm90GatherLanes + group_row >= Config::kBlockN) break;  // the same on every lane
+      const int row = g * kSm90GatherLanes + group_row + row_in_copy;
+      const int row_page = __shfl_sync(0xffffffffu, page[g], group_row + row_in_copy);
+      const int key = n_block * Config::kBlockN + row;
+      const bool key_valid = row_page >= 0;
+      const int64_t offset =
+          key_valid ? row_page * page_stride + (key % params.page_size) * row_stride + head_offset
+                    : 0;
+      const uint8_t* src_row = base + offset * Config::kElementBytes;
+      const uint32_t dst_row = dst_address + row * kSwizzleBytes;
+#pragma unroll
+      for (int i = 0; i < kChunksPerLane; ++i) {
+        const int chunk = first_chunk + i * kLanesPerRow;
+        const int column = chunk * kChunkElements;
+        const int swizzled = (chunk % kChunksPerSwizzleRow) ^ (row & 7);
         const bool valid = key_valid && column < params.head_dim;
-        cp_async_16_zfill(
-            dst_row + block * kColumnBlockBytes + ((chunk ^ (row & 7)) * kChunkBytes),
-            valid ? src_row + column * Config::kElementBytes : base, valid);
+        cp_async_16_zfill(dst_row + (chunk / kChunksPerSwizzleRow) * kColumnBlockBytes +
+                              swizzled * kChunkBytes,
+                          valid ? src_row + column * Config::kElementBytes : base, valid);
       }
     }
   }
