@@ -7,6 +7,7 @@ Three groups, each measured against what the issue asks it to match:
            same number of tokens (b2 x 8192 and b8 x 2048, about the same 16k tokens).
   decode   batch 64, 4096 keys, one query each: FlashCore's dense decode (flashcore.attention),
            its contiguous cache and paged caches at page 1, 16 and 64 (KV read rate, TB/s).
+  mid      batch 16 with 8192 keys (128 tiles on 132 SMs): dense, contiguous cache, paged at 16.
   long     batch 1 with 32k keys (split-KV): dense, contiguous cache, paged at page 16 and 1.
 FA3 (the fa3-fwd wheel) runs the varlen, dense and contiguous-cache rows; its paged decode needs
 flash_attn3_jax (its own process): compare.py says so and skips it.
@@ -18,6 +19,8 @@ VARLEN_LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 EQUAL_LENGTH_BATCHES = ((2, 8192), (8, 2048))  # (batch, seqlen): 16384 tokens, as 16337 above
 DECODE_BATCH, DECODE_KEYS = 64, 4096
 DECODE_PAGE_SIZES = (1, 16, 64)
+MID_BATCH, MID_KEYS = 16, 8192
+MID_PAGE_SIZES = (16,)
 LONG_KEYS = 32768
 LONG_PAGE_SIZES = (16, 1)
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -30,7 +33,7 @@ DENSE, VARLEN, CONTIGUOUS, PAGED = "dense", "varlen", "contiguous", "paged"
 
 @dataclass(frozen=True)
 class ServingConfig:
-    group: str            # varlen, decode, long
+    group: str            # varlen, decode, mid, long
     layout: str           # dense, varlen, contiguous, paged
     lengths_q: tuple      # queries per sequence
     lengths_k: tuple      # keys per sequence
@@ -77,7 +80,7 @@ class ServingConfig:
 
     def is_decode(self):
         """Rows whose figure of merit is the KV read rate (TB/s) rather than TFLOPS."""
-        return self.group in ("decode", "long")
+        return self.group in ("decode", "mid", "long")
 
     def as_dict(self):
         return {**asdict(self), "batch": self.batch, "describe": self.describe()}
@@ -100,6 +103,7 @@ def serving_configs(dtypes=("bf16",), divisor=1):
                                          dtype))
         for group, batch, keys, page_sizes in (
                 ("decode", DECODE_BATCH, DECODE_KEYS, DECODE_PAGE_SIZES),
+                ("mid", MID_BATCH, MID_KEYS, MID_PAGE_SIZES),
                 ("long", 1, LONG_KEYS, LONG_PAGE_SIZES)):
             (keys,) = _scaled((keys,), divisor)
             row = dict(group=group, lengths_q=(1,) * batch, lengths_k=(keys,) * batch,
@@ -112,7 +116,7 @@ def serving_configs(dtypes=("bf16",), divisor=1):
 
 
 SERVING_GRIDS = {
-    "serving": ("issue 25: varlen prefill, paged decode b64 x 4096, b1 x 32k (GPU)",
+    "serving": ("issue 25: varlen prefill, paged decode b64 x 4096, b16 x 8k, b1 x 32k (GPU)",
                 lambda dtypes: serving_configs(dtypes)),
     "serving-tiny": (f"the serving rows with lengths / {TINY_DIVISOR} (CPU smoke run)",
                      lambda dtypes: serving_configs(dtypes, TINY_DIVISOR)),

@@ -25,7 +25,7 @@ def test_the_serving_grid_holds_the_issues_rows():
                           if c.group == "decode" and c.layout == grid.PAGED)
     assert decode_pages == [1, 16, 64]
     # Every paged group has the dense and contiguous rows it is measured against.
-    for group, batch, keys in (("decode", 64, 4096), ("long", 1, 32768)):
+    for group, batch, keys in (("decode", 64, 4096), ("mid", 16, 8192), ("long", 1, 32768)):
         layouts = {c.layout for c in configs if c.group == group}
         assert layouts == {grid.DENSE, grid.CONTIGUOUS, grid.PAGED}, group
         assert all(c.lengths_k == (keys,) * batch and c.lengths_q == (1,) * batch
