@@ -50,45 +50,44 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
   const int64_t row_stride = is_v ? params.v_row_stride : params.k_row_stride;
   const int64_t head_offset =
       int64_t(kv_head) * (is_v ? params.v_head_stride : params.k_head_stride);
-  // The block's pages first, lane l holding row l + 32 g's in page[g], so the page-table reads
-  // are in flight together; the copies take them by shuffle. -1: a row past the block or a key
-  // past the sequence, zero-filled.
-  int page[kPageGroups];
+  // Each row's source offset first, lane l holding row l + 32 g's in row_offset[g], so the
+  // page-table reads are in flight together and the division by page_size is done once a row;
+  // the copies take them by shuffle, unrolled so the warp issues them back to back. -1: a row
+  // past the block or a key past the sequence, zero-filled.
+  int64_t row_offset[kPageGroups];
 #pragma unroll
   for (int g = 0; g < kPageGroups; ++g) {
     const int row = g * kSm90GatherLanes + lane;
     const int key = n_block * Config::kBlockN + row;
-    page[g] = -1;
+    row_offset[g] = -1;
     if (row < Config::kBlockN && key < seqlen_k) {
       const int64_t slot = batch * params.page_table_stride + key / params.page_size;
-      page[g] = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
+      const int page = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
+      row_offset[g] = page * page_stride + (key % params.page_size) * row_stride + head_offset;
     }
   }
   const int row_in_copy = lane / kLanesPerRow;
   const int first_chunk = lane % kLanesPerRow;
 #pragma unroll
   for (int g = 0; g < kPageGroups; ++g) {
-#pragma unroll 1
+#pragma unroll 4
     for (int group_row = 0; group_row < kSm90GatherLanes; group_row += kRowsPerCopy) {
-      if (g * kSm90GatherLanes + group_row >= Config::kBlockN) break;  // the same on every lane
       const int row = g * kSm90GatherLanes + group_row + row_in_copy;
-      const int row_page = __shfl_sync(0xffffffffu, page[g], group_row + row_in_copy);
-      const int key = n_block * Config::kBlockN + row;
-      const bool key_valid = row_page >= 0;
-      const int64_t offset =
-          key_valid ? row_page * page_stride + (key % params.page_size) * row_stride + head_offset
-                    : 0;
-      const uint8_t* src_row = base + offset * Config::kElementBytes;
-      const uint32_t dst_row = dst_address + row * kSwizzleBytes;
+      if (g * kSm90GatherLanes + group_row < Config::kBlockN) {  // the same on every lane
+        const int64_t offset = __shfl_sync(0xffffffffu, row_offset[g], group_row + row_in_copy);
+        const bool key_valid = offset >= 0;
+        const uint8_t* src_row = base + (key_valid ? offset : 0) * Config::kElementBytes;
+        const uint32_t dst_row = dst_address + row * kSwizzleBytes;
 #pragma unroll
-      for (int i = 0; i < kChunksPerLane; ++i) {
-        const int chunk = first_chunk + i * kLanesPerRow;
-        const int column = chunk * kChunkElements;
-        const int swizzled = (chunk % kChunksPerSwizzleRow) ^ (row & 7);
-        const bool valid = key_valid && column < params.head_dim;
-        cp_async_16_zfill(dst_row + (chunk / kChunksPerSwizzleRow) * kColumnBlockBytes +
-                              swizzled * kChunkBytes,
-                          valid ? src_row + column * Config::kElementBytes : base, valid);
+        for (int i = 0; i < kChunksPerLane; ++i) {
+          const int chunk = first_chunk + i * kLanesPerRow;
+          const int column = chunk * kChunkElements;
+          const int swizzled = (chunk % kChunksPerSwizzleRow) ^ (row & 7);
+          const bool valid = key_valid && column < params.head_dim;
+          cp_async_16_zfill(dst_row + (chunk / kChunksPerSwizzleRow) * kColumnBlockBytes +
+                                swizzled * kChunkBytes,
+                            valid ? src_row + column * Config::kElementBytes : base, valid);
+        }
       }
     }
   }
