@@ -4,6 +4,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 
 #include "api/backend.h"
@@ -135,6 +136,26 @@ void check_device_pointers(const AttentionArgs& args) {
 }
 #endif
 
+#ifdef FLASHCORE_HAS_CUDA
+// SMs a launch may use: the device's, less FLASHCORE_SM_MARGIN (read once per process). Kernels
+// that run beside FlashCore's, as NCCL's in ring attention, get that many SMs that no persistent
+// CTA holds; without the margin they wait for a persistent kernel's end.
+int schedulable_sms(int device_sms) {
+  static const int margin = [] {
+    const char* env = std::getenv("FLASHCORE_SM_MARGIN");
+    if (env == nullptr || *env == '\0') return 0;
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (*end != '\0' || value < 0 || value > 1024) {
+      fail(std::string("FLASHCORE_SM_MARGIN must be a count of SMs from 0 to 1024, got '") + env +
+           "'");
+    }
+    return static_cast<int>(value);
+  }();
+  return std::max(1, device_sms - margin);
+}
+#endif
+
 }  // namespace
 
 bool is_cuda_backend(Backend backend) {
@@ -176,7 +197,7 @@ size_t split_kv_workspace_bytes(const AttentionArgs& args) {
     query.heads_kv = k.shape[2];
   }
   query.causal_mask = needs_causal_mask(args.causal, query.seqlen_q);
-  query.num_sms = device.num_sms;
+  query.num_sms = schedulable_sms(device.num_sms);
   return sm90_split_kv_workspace_bytes(query);
 #else
   (void)args;
@@ -266,7 +287,7 @@ AttentionParams validate_common(const AttentionArgs& args) {
     if (!device.present) {
       fail("q is on " + device_name(q.device) + " but there is no such CUDA device");
     }
-    num_sms = device.num_sms;
+    num_sms = schedulable_sms(device.num_sms);
     if (!args.device_pointers_verified) check_device_pointers(args);
 #endif
   }

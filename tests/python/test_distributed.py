@@ -325,7 +325,8 @@ def test_bench_smoke_run_on_cpu(tmp_path):
     report = json.loads(out.read_text())
     assert [r["causal"] for r in report["results"]] == [True, False]
     assert all(r["check"]["pass"] for r in report["results"]), report["results"]
-    assert report["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
+    assert report["env"] == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                             "FLASHCORE_SM_MARGIN": None}
     assert "scaling efficiency" in result.stdout
     summary = subprocess.run([sys.executable, str(BENCH), "--summary", str(out)],
                              capture_output=True, text=True, timeout=60)
