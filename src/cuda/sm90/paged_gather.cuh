@@ -17,6 +17,7 @@
 #include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/prefetch.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 
 namespace flashcore::detail {
@@ -25,6 +26,36 @@ constexpr int kSm90GatherLanes = 32;  // the producer warp
 
 // Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
 // `lane` of the producer warp, then its arrival on `full`.
+// Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
+// (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
+// when their turn comes: every gather waits on its page-table reads before it can copy.
+constexpr int kSm90PageTablePrefetchBlocks = 2;
+
+// Lines of page-table entries of blocks n_block - 1 .. n_block - kSm90PageTablePrefetchBlocks
+// into the L2, by the producer warp's lanes.
+template <class Config>
+__device__ __forceinline__ void sm90_prefetch_page_entries(const AttentionParams& params,
+                                                           int n_block, int batch, int seqlen_k,
+                                                           int lane) {
+  constexpr int kEntriesPerLine = 128 / sizeof(int);
+  const int* row = params.page_table + batch * params.page_table_stride;
+#pragma unroll
+  for (int ahead = 1; ahead <= kSm90PageTablePrefetchBlocks; ++ahead) {
+    const int block = n_block - ahead;
+    const int first_key = block * Config::kBlockN;
+    if (block < 0 || first_key >= seqlen_k) continue;
+    const int last_key = min(first_key + Config::kBlockN, seqlen_k) - 1;
+    const int first_entry = first_key / params.page_size;
+    const int last_entry = last_key / params.page_size;
+    // One more line than the entries fill: they need not start on a line. Every address is an
+    // entry of the block's (the last one for lines past it).
+    const int lines = (last_entry - first_entry) / kEntriesPerLine + 2;
+    for (int line = lane; line < lines; line += kSm90GatherLanes) {
+      prefetch_global_l2(row + min(first_entry + line * kEntriesPerLine, last_entry));
+    }
+  }
+}
+
 template <class Config>
 __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* full,
                                                      const AttentionParams& params, bool is_v,
@@ -92,6 +123,7 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
     }
   }
   mbarrier_arrive_on_cp_async(full);
+  if (!is_v) sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
 }
 
 // After a consumer's wait on a K/V full barrier: gathered blocks were written through the
