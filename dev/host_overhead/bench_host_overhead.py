@@ -1,5 +1,8 @@
 """Host cost per attention call on the GPU: FlashCore's entry points vs torch SDPA pinned to its
-FlashAttention-2 backend, on a Llama decode shape and a prefill shape. Under 30 s on an H100/H200.
+FlashAttention-2 and cuDNN backends (and FA3's flash_attn_with_kvcache when the fa3-fwd wheel is
+importable), on a Llama decode shape and a prefill shape; the decode shape also through
+FlashCore's kv-cache entry, contiguous and paged (issue 25's eager decode step). Under 30 s on an
+H100/H200.
 
     PYTHONPATH=<build>/python python dev/host_overhead/bench_host_overhead.py [--calls 2000]
         [--profile]
@@ -16,8 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import flashcore
 import flashcore.torch as fct
 from flashcore import _flashcore
+
+PAGE_SIZE = 16  # vLLM's block size, for the paged decode row
 
 WARMUP = 200  # allocator, lazy module loading, cudaFuncSetAttribute: all paid before timing
 # (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim): Llama-3-8B-like attention.
@@ -80,6 +86,18 @@ def rows_for(shape):
         ("torch.ops.flashcore (dispatcher) bhsd",
          lambda: op(qh, kh, vh, True, None, False, "bhsd", "auto")),
     ]
+    def sdpa_cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(qh, kh, vh, is_causal=sdpa_causal,
+                                                  enable_gqa=True)
+
+    try:
+        sdpa_cudnn()
+        rows.insert(1, ("sdpa cudnn (enable_gqa)", sdpa_cudnn))
+    except RuntimeError as error:
+        print(f"  sdpa cudnn: not run ({str(error).splitlines()[0][:80]})")
+    if sq == 1:
+        rows += kvcache_rows(q, k, v)
     for backend in ("sm90", "sm80"):
         if _flashcore.backend_available(backend, q.get_device()):
             rows.append((f"raw nanobind entry, {backend} (library only)",
@@ -87,6 +105,39 @@ def rows_for(shape):
     if hasattr(fct, "attention_bhsd_to_bshd"):
         rows.insert(3, ("transformers entry bhsd->bshd",
                         lambda: fct.attention_bhsd_to_bshd(qh, kh, vh, True, None)))
+    return rows
+
+
+def kvcache_rows(q, k, v):
+    """A decode step through the kv-cache entries: FlashCore's contiguous and paged caches (the
+    keys already in the cache, nothing appended), and FA3's flash_attn_with_kvcache."""
+    b, sk, hkv, d = k.shape
+    seqlens = torch.full((b,), sk, dtype=torch.int32, device=q.device)
+    pages = -(-sk // PAGE_SIZE)
+    order = torch.randperm(b * pages, device=q.device)  # pages as a free list leaves them
+    table = order.to(torch.int32).reshape(b, pages)
+    k_pages = torch.empty(b * pages, PAGE_SIZE, hkv, d, dtype=k.dtype, device=q.device)
+    v_pages = torch.empty_like(k_pages)
+    padded = pages * PAGE_SIZE
+    for dense, paged in ((k, k_pages), (v, v_pages)):
+        flat = torch.zeros(b, padded, hkv, d, dtype=k.dtype, device=q.device)
+        flat[:, :sk] = dense
+        paged[table.reshape(-1).long()] = flat.reshape(b * pages, PAGE_SIZE, hkv, d)
+    rows = [
+        ("flashcore.attention_with_kvcache contiguous",
+         lambda: flashcore.attention_with_kvcache(q, k, v, seqlens, causal=True)),
+        (f"flashcore.attention_with_kvcache paged (page {PAGE_SIZE})",
+         lambda: flashcore.attention_with_kvcache(q, k_pages, v_pages, seqlens, page_table=table,
+                                                  causal=True)),
+    ]
+    try:
+        import fa3_fwd_interface as fa3
+    except Exception as error:  # not installed, or a build that will not load
+        print(f"  fa3: not run ({str(error).splitlines()[0][:80] if str(error) else error!r})")
+        return rows
+    rows.append(("fa3 flash_attn_with_kvcache contiguous",
+                 lambda: fa3.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=True)))
+    rows.append(("fa3 flash_attn_func dense", lambda: fa3.flash_attn_func(q, k, v, causal=True)))
     return rows
 
 
