@@ -26,10 +26,9 @@ constexpr int kSm90GatherLanes = 32;  // the producer warp
 
 // Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
 // `lane` of the producer warp, then its arrival on `full`.
-// Blocks whose page-table entries the producer prefetches after loading K of a paged block: the
-// next ones it loads (blocks are walked downwards, mask.cuh), so their entries come from the L2
-// and not the DRAM when their turn comes. A gather waits on its page-table reads before it can
-// copy, and a box waits on its entry before it can be issued.
+// Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
+// (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
+// when their turn comes: every gather waits on its page-table reads before it can copy.
 constexpr int kSm90PageTablePrefetchBlocks = 2;
 
 // Lines of page-table entries of blocks n_block - 1 .. n_block - kSm90PageTablePrefetchBlocks
@@ -124,6 +123,7 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
     }
   }
   mbarrier_arrive_on_cp_async(full);
+  if (!is_v) sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
 }
 
 // After a consumer's wait on a K/V full barrier: gathered blocks were written through the

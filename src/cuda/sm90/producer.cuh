@@ -84,7 +84,7 @@ __device__ __forceinline__ bool sm90_lead_lane(int lane) {
 // Arms `full` for one K/V block (lane 0), then every producer lane issues its boxes of it (the
 // warp's lanes wait for the arming, so no box can complete before the barrier expects it).
 // Gathered blocks (small pages, paged_gather.cuh) skip the arming: each lane's cp.async arrival
-// counts instead. After K of a paged block, the entries of the next blocks are prefetched.
+// counts instead.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const CUtensorMap* map,
                                                            uint64_t* full,
@@ -93,16 +93,11 @@ __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const C
                                                            int batch, int lane) {
   if (Layout::template kv_gathered<Config::kBlockN>(params)) {
     sm90_gather_kv_block<Config>(dst, full, params, is_v, n_block, kv_head, batch, lane);
-  } else {
-    if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
-    if constexpr (Layout::kProducerLanes > 1) __syncwarp();
-    sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, batch, lane);
+    return;
   }
-  if constexpr (Layout::kMayPageKv) {
-    if (!is_v && params.page_table != nullptr) {
-      sm90_prefetch_page_entries<Config>(params, n_block, batch, params.seqlen_k_of(batch), lane);
-    }
-  }
+  if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
+  if constexpr (Layout::kProducerLanes > 1) __syncwarp();
+  sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, batch, lane);
 }
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,

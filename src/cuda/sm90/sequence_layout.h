@@ -30,9 +30,6 @@ FC_HOST_DEVICE int lowest_power_of_two_factor(int n) { return n & -n; }
 struct Sm90DenseLayout {
   // Whether q can be packed (cu_seqlens_q): the tile order then walks the sequences' own blocks.
   static constexpr bool kMayPackQ = false;
-  // Whether K/V can be a paged cache (params.page_table): the producer then prefetches the
-  // page-table entries of the blocks it loads next (paged_gather.cuh).
-  static constexpr bool kMayPageKv = false;
   // The call's lengths themselves (the accessors would test the serving arrays for null).
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int /*batch*/) {
     return params.seqlen_q;
@@ -121,7 +118,6 @@ struct Sm90DenseLayout {
 //     (kv_tail_may_hold_garbage).
 struct Sm90ServingLayout {
   static constexpr bool kMayPackQ = true;
-  static constexpr bool kMayPageKv = true;
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
     return params.seqlen_q_of(batch);
   }
