@@ -54,6 +54,11 @@ struct Sm90TuningRow {
   Sm90Scheduling scheduling;
   int l2_section_mib;
   Sm90Switch switches;
+  // CTAs per thread-block cluster along the query tiles (1 or 2): a cluster's CTAs compute query
+  // tiles of one (batch, head) and each loads 1 / cluster_m of every K/V block, multicast to all
+  // of them (cluster.cuh). Dense non-causal persistent rows only; other layouts run the row
+  // unclustered.
+  int cluster_m = 1;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
