@@ -65,9 +65,8 @@ struct Sm90ClusterShape {
 
   static_assert(Config::kRow.cluster_m == 1 || Config::kRow.cluster_m == 2,
                 "cluster_m: 1 or 2 CTAs per cluster");
-  static_assert(!kClustered || (!Config::kRow.causal && Config::kPersistent),
-                "clusters: non-causal persistent rows (a cluster's tiles visit the same K/V "
-                "blocks, and the cluster scheduler is persistent)");
+  static_assert(!kClustered || !Config::kRow.causal,
+                "clusters: non-causal rows (a cluster's tiles visit the same K/V blocks)");
   static_assert(!kClustered || !Config::kOStagingInVRing,
                 "clusters: a peer's multicast writes the V ring, so O cannot be staged there");
   static_assert(kRowsPerCta % (kSwizzleAtomBytes / kSwizzleBytes) == 0,

@@ -1,5 +1,6 @@
-// The cluster scheduler of the Hopper kernel: persistent clusters of Sm90ClusterShape::kSize CTAs
-// (cluster.cuh) taking cluster tiles with a fixed stride. A cluster tile is kSize consecutive
+// The cluster scheduler of the Hopper kernel: clusters of Sm90ClusterShape::kSize CTAs
+// (cluster.cuh) taking cluster tiles with a fixed stride (persistent rows: as many clusters as fit
+// at once), or one cluster tile per cluster (one-tile rows). A cluster tile is kSize consecutive
 // m-blocks of one (batch, head); CTA r of the cluster computes m-block kSize x t + r, so both
 // CTAs visit the same K/V blocks in the same order and share every block's loads. Every CTA of a
 // cluster walks the same cluster tiles (same first index, same stride), so their K/V rings stay
@@ -11,7 +12,8 @@
 // and store nothing. The m-blocks of a head rotate by the round their first cluster tile is in
 // (as Sm90TileOrder's), so the rowless tile moves from cluster to cluster.
 //
-// The members are Sm90PersistentScheduler's (scheduler.cuh), and the kernel's loops are the same.
+// The members are Sm90PersistentScheduler's, or for one-tile rows Sm90SingleTileScheduler's
+// (scheduler.cuh), and the kernel's loops are the same.
 #pragma once
 
 #include <climits>
@@ -32,7 +34,7 @@ namespace flashcore::detail {
 
 template <class Config, class Layout, bool kCausal>
 struct Sm90ClusterScheduler {
-  static constexpr bool kPersistent = true;
+  static constexpr bool kPersistent = Config::kPersistent;
   static constexpr bool kClaimsTiles = false;
   static constexpr int kClusterSize = Sm90ClusterShape<Config, Layout>::kSize;
   static_assert(kClusterSize > 1 && !kCausal && !Config::kPacksGroups && !Layout::kMayPackQ,
@@ -50,9 +52,11 @@ struct Sm90ClusterScheduler {
            params.heads_q * params.batch;
   }
   // CTAs for `num_tiles` tiles on `num_sms` SMs, whole clusters (the launcher then takes the
-  // exact count from cluster_tiles_of and the clusters that fit at once: launch_cluster.h).
+  // exact count from cluster_tiles_of, and for persistent rows the clusters that fit at once:
+  // launch_cluster.h).
   static int64_t grid_size(int64_t num_tiles, int num_sms) {
     const int64_t wanted = (num_tiles + kClusterSize - 1) / kClusterSize;
+    if (!kPersistent) return kClusterSize * wanted;
     const int64_t fit = num_sms / kClusterSize > 0 ? num_sms / kClusterSize : 1;
     return kClusterSize * (wanted < fit ? wanted : fit);
   }
@@ -71,6 +75,7 @@ struct Sm90ClusterScheduler {
   }
   // Past the last cluster tile: INT_MAX, which ends the kernel's loop (its bound counts CTA tiles).
   __device__ __forceinline__ int next_index(int index) const {
+    if constexpr (!kPersistent) return INT_MAX;
     const int next = index + clusters();
     return next < cluster_tiles ? next : INT_MAX;
   }
@@ -93,22 +98,31 @@ struct Sm90ClusterScheduler {
     return tile;
   }
 
+  // Persistent: as Sm90PersistentScheduler's (the tile goes to the consumers with its Q, then
+  // m_block -1 says there is no further one). One tile: as Sm90SingleTileScheduler's (the
+  // consumers decode their CTA's only tile themselves).
   __device__ __forceinline__ void publish(Sm90Tile* slot, const Sm90Tile& tile) const {
-    sm90_publish_tile<Config>(slot, tile);
+    if constexpr (kPersistent) sm90_publish_tile<Config>(slot, tile);
   }
-  // As Sm90PersistentScheduler's: the consumers learn there is no further tile.
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase) const {
-    mbarrier_wait_parity(smem.q_empty(), q_phase ^ 1);
-    smem.tile_slot()->m_block = -1;
-    mbarrier_arrive(smem.q_full());
+    if constexpr (kPersistent) {
+      mbarrier_wait_parity(smem.q_empty(), q_phase ^ 1);
+      smem.tile_slot()->m_block = -1;
+      mbarrier_arrive(smem.q_full());
+    }
   }
-  __device__ __forceinline__ bool consumer_tile(const AttentionParams& /*params*/,
+  __device__ __forceinline__ bool consumer_tile(const AttentionParams& params,
                                                 const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase, Sm90Tile& tile) const {
-    mbarrier_wait_parity(smem.q_full(), q_phase);
-    tile = sm90_receive_tile<Config>(smem.tile_slot());
-    return tile.m_block >= 0;
+    if constexpr (kPersistent) {
+      mbarrier_wait_parity(smem.q_full(), q_phase);
+      tile = sm90_receive_tile<Config>(smem.tile_slot());
+      return tile.m_block >= 0;
+    } else {
+      tile = this->tile(params, first_index());
+      return true;
+    }
   }
 };
 

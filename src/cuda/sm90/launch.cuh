@@ -173,13 +173,15 @@ void run_sm90_forward_configured(const AttentionParams& params) {
       }
     }
     if constexpr (kClusterSize > 1) {
-      // Whole clusters, no more than have cluster tiles or fit the device at once.
-      const int fit = sm90_max_active_clusters<kernel>(kClusterSize, Config::kThreads,
-                                                       Config::kSmemBytes, params.device_index);
+      // One cluster per cluster tile, persistent rows no more than fit the device at once.
       int64_t clusters = Scheduler::cluster_tiles_of(params);
-      clusters = clusters < num_sms / kClusterSize ? clusters : num_sms / kClusterSize;
-      clusters = fit > 0 && fit < clusters ? fit : clusters;
-      clusters = clusters > 0 ? clusters : 1;
+      if constexpr (Scheduler::kPersistent) {
+        const int fit = sm90_max_active_clusters<kernel>(kClusterSize, Config::kThreads,
+                                                         Config::kSmemBytes, params.device_index);
+        clusters = clusters < num_sms / kClusterSize ? clusters : num_sms / kClusterSize;
+        clusters = fit > 0 && fit < clusters ? fit : clusters;
+        clusters = clusters > 0 ? clusters : 1;
+      }
       FLASHCORE_CUDA_CHECK(sm90_launch_cluster(
           kernel, static_cast<unsigned int>(clusters * kClusterSize), Config::kThreads,
           Config::kSmemBytes, params.stream, kClusterSize, map_q, map_k, map_v, map_o, params,
