@@ -40,7 +40,7 @@ struct Sm90ClusterScheduler {
   static_assert(kClusterSize > 1 && !kCausal && !Config::kPacksGroups && !Layout::kMayPackQ,
                 "the cluster scheduler pairs dense non-causal tiles");
 
-  // Two ints only: the producer runs in 24 registers. The cluster's index, its rank and the
+  // Two ints only: the producer runs in 24 or 32 registers. The cluster's index, its rank and the
   // stride (clusters in the grid) come from blockIdx.x and gridDim.x: the clusters are 1-D along
   // x (launch_cluster.h).
   int tiles_per_head;  // cluster tiles of a (batch, head): ceil(m_blocks / kClusterSize)

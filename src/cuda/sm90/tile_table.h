@@ -56,7 +56,7 @@ struct Sm90TuningRow {
   Sm90Switch switches;
   // CTAs per thread-block cluster along the query tiles (1 or 2): a cluster's CTAs compute query
   // tiles of one (batch, head) and each loads 1 / cluster_m of every K/V block, multicast to all
-  // of them (cluster.cuh). Dense non-causal persistent rows only; other layouts run the row
+  // of them (cluster.cuh). Non-causal rows only; layouts other than the dense one run the row
   // unclustered.
   int cluster_m = 1;
 
