@@ -60,8 +60,9 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Config = typename Mainloop::Config;
   static_assert(std::is_same_v<Layout, typename Mainloop::Layout>, "one layout for the kernel");
-  static_assert(Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
-                "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
+  static_assert(
+      Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
+      "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
 
