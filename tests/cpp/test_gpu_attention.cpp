@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "api/kernel_registry.h"
+#include "cuda/sm90/kv_split_plan.h"
 #include "cuda/sm90/tile_table.h"
 #include "gpu_runner.h"
 #include "thrown_message.h"
@@ -279,6 +280,68 @@ TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
+
+// --- sm90: rows that run in thread-block clusters (tile_table.h cluster_m) ---
+
+// A clustered row's two CTAs compute m-blocks 2t and 2t + 1 of one (batch, head) and each loads
+// half of every K/V block for both (cuda/sm90/cluster.cuh). For every such row, from its
+// first length on: an odd m-block count (the second CTA of a head's last cluster has no row but
+// keeps the loads and barriers), a last tile of one row, a last K/V block whose second half is
+// empty or holds one key, one partial K/V block only, GQA and MQA, more cluster tiles than fit
+// at once (the persistent stride and the rotation of the m-blocks), strided BHSD views, large
+// inputs, head_dim 96 on the 128 kernels, and the previous row's longest length (unclustered).
+class GpuSm90ClusterRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90ClusterRows, MatchesReferenceAcrossTheRowsLengths) {
+  const DType dtype = GetParam();
+  struct Case {
+    testing::ProblemShape shape;
+    Layout layout = Layout::kBSHD;
+    float stddev = 1.0f;
+  };
+  std::vector<Case> cases;
+  for (int head_dim : {64, 128, 256}) {
+    int served_above = 0;  // the previous row serves seqlen_q up to this
+    for (int i = 0; i < detail::sm90_row_count(head_dim, false); ++i) {
+      const detail::Sm90TuningRow row = detail::sm90_tuning_row(head_dim, false, i);
+      const int previous = served_above;
+      served_above = row.max_seqlen_q;
+      if (row.cluster_m < 2) continue;
+      const int bm = detail::kSm90RowsPerConsumer * row.consumers, bn = row.block_n;
+      const int first = previous + 1;
+      const int m_odd = ((first + bm - 1) / bm) | 1;  // an odd m-block count from `first` on
+      const std::vector<Case> row_cases = {
+          {make_shape(first, first, 2, 1, false)},
+          {make_shape(m_odd * bm, m_odd * bn + 1, 3, 3, false)},
+          {make_shape(m_odd * bm + 1, m_odd * bn + bn / 2 + 1, 4, 1, false, 2)},
+          {make_shape((m_odd + 2) * bm - 7, bn / 2 + 1, 8, 2, false, 3)},
+          {make_shape(std::max(first, 12 * bm + 1), std::max(first, 12 * bm + 1), 16, 4, false,
+                      2)},
+          {make_shape(first + 100, first + 300, 4, 2, false, 2), Layout::kBHSD},
+          {make_shape(first, first, 2, 1, false), Layout::kBSHD, kLargeStddev},
+          {make_shape(previous > 0 ? previous : 1, previous > 0 ? previous : 1, 2, 1, false)},
+      };
+      for (Case c : row_cases) {
+        c.shape.head_dim = head_dim;
+        cases.push_back(c);
+      }
+      if (head_dim == 128) {  // 96 runs the 128 kernels
+        Case c{make_shape(first + 7, first + 33, 4, 2, false)};
+        c.shape.head_dim = 96;
+        cases.push_back(c);
+      }
+    }
+  }
+  if (cases.empty()) GTEST_SKIP() << "no row of kSm90TuningTable runs in clusters";
+  for (Case& c : cases) {
+    c.shape.dtype = dtype;
+    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
+    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ClusterRows,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
 // --- sm90: the query heads of a KV group packed into one tile's rows ---

@@ -37,6 +37,15 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(barrier)) : "memory");
 }
 
+// One arrival on a barrier of another CTA of the cluster (`cluster_address`: cluster_map_shared
+// of the barrier's offset). The default .release.cta semantics, as CUTLASS's ClusterBarrier:
+// .release.cluster compiles to MEMBAR.ALL.GPU before every arrival. Enough where the arrival only
+// says that this CTA's async-proxy reads (wgmma) have completed: no ordinary writes to publish.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_address) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_address)
+               : "memory");
+}
+
 // An arrival on `barrier` once every cp.async this thread issued before it has landed; .noinc:
 // it counts as one of the arrivals the barrier was initialized to expect.
 __device__ __forceinline__ void mbarrier_arrive_on_cp_async(uint64_t* barrier) {

@@ -30,6 +30,20 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// tma_load_4d into every CTA of the cluster whose bit is set in `cta_mask`: the box lands at the
+// same shared-memory offset `dst` in each, and its bytes complete on the barrier at offset
+// `barrier` of each (every one of those barriers must expect them).
+__device__ __forceinline__ void tma_load_4d_multicast(void* dst, const CUtensorMap* map,
+                                                      uint64_t* barrier, int c0, int c1, int c2,
+                                                      int c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%3, %4, %5, %6}], [%2], %7;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(barrier)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(c3), "h"(cta_mask)
+      : "memory");
+}
+
 // Stores the shared-memory box at `src` to (c0, c1, c2, c3); elements outside the tensor are not
 // written. Writers of `src` must fence_proxy_async_shared() and synchronize before this call.
 __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, const void* src, int c0, int c1,

@@ -37,6 +37,7 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
+#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/consumer.cuh"
 #include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
@@ -81,7 +82,7 @@ struct PingPongTurns {
 // and K and V released once loaded (waiting for each load keeps every arrival in the phase it
 // belongs to). The turn is handed on before those waits, so the next consumer's GEMMs never
 // queue behind them.
-template <class Config, class Turns>
+template <class Config, class Layout, class Turns>
 __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Config>& smem,
                                                       int dead_blocks,
                                                       RingPosition<Config::kStages>& ring,
@@ -90,9 +91,9 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
     turns.begin();
     turns.end();
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
-    mbarrier_arrive(smem.k_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
-    mbarrier_arrive(smem.v_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();
   }
 }
@@ -135,7 +136,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
   sm90_trace(Sm90Event::kQReady);
   RingPosition<Config::kStages>& ring = state.ring;
-  sm90_pass_dead_blocks(smem, dead_blocks, ring, turns);
+  sm90_pass_dead_blocks<Config, Layout>(smem, dead_blocks, ring, turns);
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
@@ -163,7 +164,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       fence_accumulators(s);
     }
     sm90_trace(Sm90Event::kSReady);
-    mbarrier_arrive(smem.k_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
     int n_block = kv_tiles.tile_at(dead_blocks);
     if constexpr (kComputes) {
@@ -201,7 +202,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         fence_accumulators(s);
       }
       sm90_trace(Sm90Event::kSReady);
-      mbarrier_arrive(smem.k_empty(ring.stage));
+      sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
       if constexpr (kComputes) {
         if (n_block >= first_masked) {
@@ -217,7 +218,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         fence_accumulators(o);
         sm90_trace(Sm90Event::kPvDone);
       }
-      mbarrier_arrive(smem.v_empty(previous.stage));
+      sm90_release_kv_stage<Config, Layout>(smem.v_empty(previous.stage));
       if constexpr (kComputes) {
         if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
         accumulator_to_a_fragments<kDType>(s, p);
@@ -242,7 +243,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       fence_accumulators(o);
     }
     sm90_trace(Sm90Event::kPvDone);
-    mbarrier_arrive(smem.v_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   }
 

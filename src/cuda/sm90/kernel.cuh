@@ -22,6 +22,10 @@
 //    next Q; O staged in a V stage: wait   arrive o_free[c] once the store has read it
 //    o_free[c] before V_c of a tile)
 //
+// Clustered rows (Config::kRow.cluster_m 2, dense layout): two CTAs compute two query tiles of
+// one (batch, head), each loads half of every K/V block for both (TMA multicast), and a stage is
+// free once the consumers of both CTAs released it (cluster.cuh, cluster_scheduler.cuh).
+//
 // Shared memory: see smem_layout.cuh. Registers: see tile_config.h.
 #pragma once
 
@@ -34,6 +38,8 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/cluster.cuh"
+#include "cuda/sm90/cluster_scheduler.cuh"
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/mainloop.cuh"
 #include "cuda/sm90/pipeline.cuh"
@@ -54,6 +60,9 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Config = typename Mainloop::Config;
   static_assert(std::is_same_v<Layout, typename Mainloop::Layout>, "one layout for the kernel");
+  static_assert(
+      Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
+      "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
 
@@ -68,8 +77,8 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     for (int stage = 0; stage < Config::kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
       mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
-      mbarrier_init(smem.k_empty(stage), Config::kConsumerThreads);
-      mbarrier_init(smem.v_empty(stage), Config::kConsumerThreads);
+      mbarrier_init(smem.k_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
+      mbarrier_init(smem.v_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
     }
 #pragma unroll
     for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer)
@@ -78,6 +87,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     sm90_trace_reset();
   }
   __syncthreads();
+  sm90_cluster_sync<Config, Layout>();  // clustered: the peers' barriers are ready too
   if constexpr (Config::kPacksGroups) {
     // Packed (decode) launches use programmatic dependent launch (launch.cuh): this prologue may
     // run while the kernel before this one on the stream finishes, and nothing in global memory
@@ -89,11 +99,12 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
 
   // Both roles walk the scheduler's tiles in the same order, so their ring positions and Q
   // phases stay in step.
-  const int64_t num_tiles = sm90_num_tiles<Config, Layout>(params, kv_split.splits);
+  const int64_t num_tiles =
+      sm90_tile_index_bound<Scheduler, Config, Layout>(params, kv_split.splits);
   const Scheduler scheduler(params, tile_counters);
   Sm90TileLoopState<Config::kStages> state;
   if (warpgroup == 0) {
-    setmaxnreg_dec<Config::kProducerRegisters>();
+    setmaxnreg_dec<Sm90ClusterShape<Config, Layout>::kProducerRegisters>();
     // The producer's lanes (Layout::kProducerLanes: 1, or the warp) walk the tiles together;
     // lane 0 takes the claims and hands the tiles over.
     constexpr int kLanes = Layout::kProducerLanes;
@@ -134,6 +145,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
         index = next_index(index);
       }
       if (lead) scheduler.producer_done(smem, state.q_phase);
+      if (lead) sm90_cluster_producer_tail<Config, Layout>(smem, state.ring);
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();
@@ -170,6 +182,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     turns.finish();
     if (Scheduler::kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // last O store
   }
+  sm90_cluster_sync<Config, Layout>();  // clustered: no CTA leaves while a peer may reach it
 #endif
 }
 

@@ -19,8 +19,11 @@
 #include "common/params.h"
 #include "cuda/check.h"
 #include "cuda/common/smem_attribute.cuh"
+#include "cuda/sm90/cluster.cuh"
+#include "cuda/sm90/cluster_scheduler.cuh"
 #include "cuda/sm90/decode_kernel.cuh"
 #include "cuda/sm90/kernel.cuh"
+#include "cuda/sm90/launch_cluster.h"
 #include "cuda/sm90/launch_dependent.h"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -85,7 +88,7 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
 
 // The kernel of an explicit tile configuration (tuning sweeps in dev/ pass rows of their own).
 template <class Config, bool kCausal, class Layout = Sm90DenseLayout,
-          class Scheduler = typename Sm90SchedulerFor<Config, Layout, kCausal>::type>
+          class Scheduler = typename Sm90RowScheduler<Config, Layout, kCausal>::type>
 void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr int kHeadDim = Config::kHeadDim;
   constexpr DType kDType = Config::kDType;
@@ -136,8 +139,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     k = v = BshdTensor{"k/v (empty, aliased to q)", params.q, head_dim, 1, 1, 1,
                        head_dim, head_dim, head_dim};
   }
-  // A paged cache's boxes are page runs (Sm90ServingLayout::for_each_kv_box).
-  const int kv_box_rows = Layout::template kv_box_rows<Config::kBlockN>(params);
+  // A paged cache's boxes are page runs (Sm90ServingLayout::for_each_kv_box); a clustered row's
+  // CTAs load a share of each block each (cluster.cuh).
+  constexpr int kClusterSize = Sm90SchedulerClusterSize<Scheduler>::value;
+  const int kv_box_rows = Layout::template kv_box_rows<Config::kBlockN>(params) / kClusterSize;
   const CUtensorMap map_k = make_bshd_tensor_map(k, kDType, kv_box_rows);
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, kv_box_rows);
   // Built for every call, the decode kernel's too: its encode checks out's pointer and strides
@@ -167,7 +172,21 @@ void run_sm90_forward_configured(const AttentionParams& params) {
                                              params.stream));
       }
     }
-    if constexpr (Config::kPacksGroups) {
+    if constexpr (kClusterSize > 1) {
+      // One cluster per cluster tile, persistent rows no more than fit the device at once.
+      int64_t clusters = Scheduler::cluster_tiles_of(params);
+      if constexpr (Scheduler::kPersistent) {
+        const int fit = sm90_max_active_clusters<kernel>(kClusterSize, Config::kThreads,
+                                                         Config::kSmemBytes, params.device_index);
+        clusters = clusters < num_sms / kClusterSize ? clusters : num_sms / kClusterSize;
+        clusters = fit > 0 && fit < clusters ? fit : clusters;
+        clusters = clusters > 0 ? clusters : 1;
+      }
+      FLASHCORE_CUDA_CHECK(sm90_launch_cluster(
+          kernel, static_cast<unsigned int>(clusters * kClusterSize), Config::kThreads,
+          Config::kSmemBytes, params.stream, kClusterSize, map_q, map_k, map_v, map_o, params,
+          tile_counters, kv_split));
+    } else if constexpr (Config::kPacksGroups) {
       FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
                                                  Config::kThreads, Config::kSmemBytes,
                                                  params.stream, map_q, map_k, map_v, map_o,

@@ -10,6 +10,7 @@
 
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
+#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/consumer_overlap.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
@@ -48,8 +49,10 @@ struct Sm90Mainloop {
                                                   int dead_blocks) {
     const int rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
     const bool sees_keys = dead_blocks == 0 || dead_blocks < kv_tiles.count();
-    return (!Config::kSkipsRowlessConsumers || sm90_slab_has_rows<Config>(slab_row_begin, rows)) &&
-           sees_keys;
+    // Clustered, always: with an odd m-block count a cluster's second CTA has no row at all.
+    constexpr bool kSkipsRowless =
+        Config::kSkipsRowlessConsumers || Sm90ClusterShape<Config, Layout>::kClustered;
+    return (!kSkipsRowless || sm90_slab_has_rows<Config>(slab_row_begin, rows)) && sees_keys;
   }
 
   // Producer: every load of one tile (by producer lane `lane`: producer.cuh).

@@ -17,6 +17,7 @@
 
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
+#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/sequence_layout.h"
@@ -91,6 +92,10 @@ __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const C
                                                            const AttentionParams& params,
                                                            bool is_v, int n_block, int kv_head,
                                                            int batch, int lane) {
+  if constexpr (Sm90ClusterShape<Config, Layout>::kClustered) {  // this CTA's share, multicast
+    sm90_arm_and_load_kv_share<Config, Layout>(dst, map, full, params, n_block, kv_head, batch);
+    return;
+  }
   if (Layout::template kv_gathered<Config::kBlockN>(params)) {
     sm90_gather_kv_block<Config>(dst, full, params, is_v, n_block, kv_head, batch, lane);
     return;

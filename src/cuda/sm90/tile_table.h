@@ -54,6 +54,11 @@ struct Sm90TuningRow {
   Sm90Scheduling scheduling;
   int l2_section_mib;
   Sm90Switch switches;
+  // CTAs per thread-block cluster along the query tiles (1 or 2): a cluster's CTAs compute query
+  // tiles of one (batch, head) and each loads 1 / cluster_m of every K/V block, multicast to all
+  // of them (cluster.cuh). Non-causal rows only; layouts other than the dense one run the row
+  // unclustered.
+  int cluster_m = 1;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -93,7 +98,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     { 128, false,  512,        128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless,
+       /*cluster_m=*/2},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy},
     { 128, true,   4096,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
