@@ -26,4 +26,16 @@ FC_HOST_DEVICE constexpr int acc_reg(int chunk, int r, int e) {
   return kAccRegsPerChunk * chunk + kAccPairColumns * r + e;
 }
 
+// FP8 P V (e4m3 wgmma m64nNk32, A from registers): A position p (0..31) of a k32 step is byte
+// p % 4 of register 2 (p / 16) + r (r: the row half) of lane t = (p % 16) / 4 of the quad. The
+// FP8 kernel puts there the key (column of the step's 32) that the S accumulator already holds
+// in that lane: chunk 2 (p / 16) + (p % 4) / 2, element p % 2, column 8 chunk + 2t + p % 2. V^T
+// is written in the same key order (cuda/sm90/v_transpose.cuh), so the sum over positions is the
+// sum over keys and P never moves between lanes.
+FC_HOST_DEVICE constexpr int fp8_a_position_key(int position) {
+  const int half = position / 16, lane_in_quad = (position % 16) / 4, byte = position % 4;
+  const int chunk = 2 * half + byte / 2;
+  return kAccChunkColumns * chunk + kAccPairColumns * lane_in_quad + byte % 2;
+}
+
 }  // namespace flashcore::detail

@@ -45,16 +45,47 @@ __device__ __forceinline__ void fence_accumulators(float (&acc)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(acc[i])::"memory");
 }
 
-// An accumulator tile (64 x N fp32) as the 16-bit A operand of the next wgmma (64 x K=N): K-step k
-// takes accumulator columns 16k..16k+15, d[8k..8k+7], packed in pairs; no data moves between lanes.
-template <DType kDType, int kAccRegs>
+// Four fp32 values rounded (to nearest, saturating) to e4m3, x0 in the low byte.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint32_t packed;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"  // first operand to the upper byte
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(packed)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return packed;
+}
+
+// An accumulator tile (64 x N fp32) as the A operand of the next wgmma (64 x K=N).
+// 16-bit: K-step k takes accumulator columns 16k..16k+15, d[8k..8k+7], packed in pairs.
+// e4m3 (m64nNk32, PTX ISA: a[0] = row g, k 4t..4t+3; a[1] = row g + 8, same k; a[2], a[3] =
+// k + 16), one byte per element: K-step k takes columns 32k..32k+31, d[16k..16k+15], in the
+// permuted key order of the FP8 kernel's V^T (fp8_a_position_key): byte e of a[2h + r] is
+// row r's element e % 2 of chunk 4k + 2h + e / 2. In both no data moves between lanes.
+template <DType kDType, int kAccRegs, int kSteps>
 __device__ __forceinline__ void accumulator_to_a_fragments(const float (&acc)[kAccRegs],
-                                                           uint32_t (&a)[kAccRegs / 8][4]) {
-  static_assert(kAccRegs % 8 == 0, "N must be a multiple of 16 to feed a k16 wgmma");
+                                                           uint32_t (&a)[kSteps][4]) {
+  if constexpr (kDType == DType::kFloat8E4M3) {
+    static_assert(kAccRegs == 16 * kSteps, "N must be a multiple of 32 to feed a k32 wgmma");
 #pragma unroll
-  for (int k = 0; k < kAccRegs / 8; ++k) {
+    for (int k = 0; k < kSteps; ++k) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[k][r] = pack_pair<kDType>(acc[8 * k + 2 * r], acc[8 * k + 2 * r + 1]);
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int lo = 16 * k + 8 * h + 2 * r;  // acc_reg(4k + 2h, r, 0)
+          a[k][2 * h + r] = pack_e4m3x4(acc[lo], acc[lo + 1], acc[lo + 4], acc[lo + 5]);
+        }
+      }
+    }
+  } else {
+    static_assert(kAccRegs == 8 * kSteps, "N must be a multiple of 16 to feed a k16 wgmma");
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[k][r] = pack_pair<kDType>(acc[8 * k + 2 * r], acc[8 * k + 2 * r + 1]);
+    }
   }
 }
 

@@ -2,7 +2,8 @@
 // (consumer_overlap.cuh) and the decode kernel: the two GEMMs of a KV block, the query rows a
 // thread's accumulators hold, and the step between the GEMMs (mask, online softmax, P).
 //   S = Q K^T   wgmma SS, both K-major
-//   O += P V    wgmma RS, P from registers, V MN-major
+//   O += P V    wgmma RS, P from registers, V MN-major (16-bit) or V^T K-major (FP8: the
+//               producer warpgroup transposes V in shared memory, v_transpose.cuh)
 #pragma once
 
 #include "cuda/common/accumulator_layout.h"
@@ -51,6 +52,59 @@ struct Sm90ConsumerMath {
       GemmO::template rs<kTransposeV>(o, p[k], mnmajor_descriptor<kBlockN>(v_tile, k), 1);
     }
     wgmma_commit_group();
+  }
+
+  // The factor of S = Q K^T into base-2 softmax units (16-bit inputs: the scale alone).
+  __device__ __forceinline__ static float scale_log2(const AttentionParams& params,
+                                                     const Sm90Tile& /*tile*/) {
+    return params.softmax_scale_log2;
+  }
+};
+
+// FP8 (e4m3, m64nNk32): S = Q K^T on the stored bytes, with the descales folded into the
+// softmax scale; P rounded to e4m3 in the permuted key order that V^T is written in
+// (v_transpose.cuh); O += P V^T with B K-major. v_descale multiplies O in the epilogue.
+template <class Config>
+struct Sm90ConsumerMath<DType::kFloat8E4M3, Config> {
+  static constexpr int kHeadDim = Config::kHeadDim;
+  static constexpr int kBlockN = Config::kBlockN;
+  static constexpr int kSAccRegs = kBlockN / 2;
+  static constexpr int kOAccRegs = kHeadDim / 2;
+  static constexpr int kWgmmaK = Config::Element::kWgmmaK;
+  static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
+  static_assert(kWgmmaK == 32, "e4m3 wgmma is k32");
+  using GemmS = WgmmaM64K32E4M3<kBlockN>;
+  using GemmO = WgmmaM64K32E4M3<kHeadDim>;
+
+  __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
+                                                  uint32_t k_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kHeadDim / kWgmmaK; ++k) {
+      GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
+                kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+  }
+
+  // vt_tile: head_dim rows of BLOCK_N keys, K-major (kmajor_descriptor's 32-byte steps are the
+  // k32 steps over the keys).
+  __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
+                                                  const uint32_t (&p)[kPSteps][4],
+                                                  uint32_t vt_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kPSteps; ++k) {
+      GemmO::rs(o, p[k], kmajor_descriptor<kHeadDim>(vt_tile, k), 1);
+    }
+    wgmma_commit_group();
+  }
+
+  __device__ __forceinline__ static float scale_log2(const AttentionParams& params,
+                                                     const Sm90Tile& tile) {
+    const int kv_head = params.kv_head_of(tile.head);
+    return params.softmax_scale_log2 * params.q_descale_of(tile.batch, kv_head) *
+           params.k_descale_of(tile.batch, kv_head);
   }
 };
 

@@ -92,7 +92,7 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
     turns.end();
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
-    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
     sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();
   }
@@ -117,7 +117,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   using Math = Sm90ConsumerMath<kDType, Config>;
   const Sm90ThreadRows<Config, Layout, kCausal> rows(params, tile, consumer, thread_in_warpgroup);
   const uint32_t q_slab = smem_u32(smem.q_slab(consumer));
-  const float scale_log2 = params.softmax_scale_log2;
+  const float scale_log2 = Math::scale_log2(params, tile);
 
   float o[Math::kOAccRegs];
 #pragma unroll
@@ -141,8 +141,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
   // The first block this consumer multiplies by V is the only one that can end past the keys.
+  // (FP8 runs the dense layout only, whose tails TMA zero-fills: launch.cuh.)
   const auto zero_first_v_tail = [&](int stage, int first_n_block) {
-    if constexpr (kComputes) {
+    if constexpr (kComputes && !Config::kTransposesV) {
       sm90_zero_v_past_keys<Config, Layout>(
           smem.v_tile(stage), params, tile.batch, first_n_block, thread_in_warpgroup,
           sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
@@ -183,7 +184,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       --n_block;
       mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
       sm90_trace(Sm90Event::kKReady);
-      mbarrier_wait_parity(smem.v_full(previous.stage), previous.phase);
+      mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
       sm90_kv_block_landed<Config, Layout>(params);
       sm90_trace(Sm90Event::kVReady);
       if (step == 1) zero_first_v_tail(previous.stage, n_block + 1);
@@ -192,7 +193,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       if constexpr (kComputes) {
         Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
         if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
-        Math::issue_pv(o, p, smem_u32(smem.v_tile(previous.stage)));
+        Math::issue_pv(o, p, smem_u32(smem.pv_tile(previous.stage)));
       }
       turns.end();
       sm90_trace(Sm90Event::kIssued);
@@ -226,7 +227,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     // Epilogue of the loop: P V of the last tile.
-    mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
+    mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
     sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kVReady);
     if (num_tiles == 1) zero_first_v_tail(ring.stage, n_block);
@@ -234,7 +235,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     sm90_trace(Sm90Event::kTurn);
     if constexpr (kComputes) {
       if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
-      Math::issue_pv(o, p, smem_u32(smem.v_tile(ring.stage)));
+      Math::issue_pv(o, p, smem_u32(smem.pv_tile(ring.stage)));
     }
     turns.end();
     sm90_trace(Sm90Event::kIssued);

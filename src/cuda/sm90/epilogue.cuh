@@ -100,6 +100,11 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 
   float inv_sum[2], lse[2];
   softmax.finalize(inv_sum, lse);
+  if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
+    const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
+    inv_sum[0] *= v_descale;
+    inv_sum[1] *= v_descale;
+  }
   scale_rows(o, inv_sum);
 
   // A split writes partial results instead of out and lse; the staging and hand-back below run
@@ -126,12 +131,17 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 
   // A slab that crosses the end of a packed sequence: its rows past the end belong to the next
   // sequence, so its O goes out through ordinary stores bounded by this one (not TMA's).
-  const bool bounded_store = !writes_split && Layout::o_rows_overrun(params) &&
-                             slab_row_begin + Config::kRowsPerConsumer > query_rows;
+  // O with no staging buffer (Sm90OStaging::kRegisters, FP8 d256) goes out that way too, and
+  // nothing of shared memory is used: Q went back after the last S = Q K^T.
+  constexpr bool kFromRegisters = Config::kPersistentOStaging == Sm90OStaging::kRegisters;
+  bool bounded_store = !writes_split && Layout::o_rows_overrun(params) &&
+                       slab_row_begin + Config::kRowsPerConsumer > query_rows;
+  if constexpr (kFromRegisters) bounded_store = !writes_split;
   if (bounded_store) {
     sm90_store_o_rows<kDType>(o, params, tile, slab_row_begin, row0, lane, group_shift,
                               query_rows);
   }
+  if constexpr (kFromRegisters) return;
 
   if (release.stages_o_in_own_buffer()) {  // the previous tile's O store must have read it
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
@@ -155,12 +165,15 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
       const TmaRowCoord at =
           Layout::q_row(params, batch, head, sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
-      for (int block = 0; block < Config::kColumnBlocks; ++block) {
+      for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
+        if constexpr (Config::kTransposesV) {  // FP8 d64 runs d128: no box wholly past head_dim
+          if (block * Config::kOutBoxCols >= params.head_dim) break;
+        }
         if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
-          tma_store_5d(map_o, src, block * Config::kBoxCols, 0, at.row, at.head, at.batch);
+          tma_store_5d(map_o, src, block * Config::kOutBoxCols, 0, at.row, at.head, at.batch);
         } else {
-          tma_store_4d(map_o, src, block * Config::kBoxCols, at.row, at.head, at.batch);
+          tma_store_4d(map_o, src, block * Config::kOutBoxCols, at.row, at.head, at.batch);
         }
       }
       tma_store_commit_group();
@@ -178,7 +191,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
 }
 
-// The general kernel's epilogue policy: how a consumer ends a tile. O goes out through its own
+// The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type). O goes out through its own
 // staging buffer, or a V stage once every consumer has read the V there (persistent CTAs, which
 // hand Q back early), else through the consumer's Q slab; then the Q phase moves on.
 // `state.ring` is already past the tile's last V.

@@ -26,6 +26,9 @@
 // one (batch, head), each loads half of every K/V block for both (TMA multicast), and a stage is
 // free once the consumers of both CTAs released it (cluster.cuh, cluster_scheduler.cuh).
 //
+// FP8 (Config::kTransposesV): warps 1-3 of warpgroup 0 turn each V stage into V^T for the
+// consumers, who then wait for vt_full instead of v_full (v_transpose.cuh draws it).
+//
 // Shared memory: see smem_layout.cuh. Registers: see tile_config.h.
 #pragma once
 
@@ -46,6 +49,7 @@
 #include "cuda/sm90/scheduler.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/trace.cuh"
+#include "cuda/sm90/v_transpose.cuh"
 
 namespace flashcore::detail {
 
@@ -83,6 +87,14 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
 #pragma unroll
     for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer)
       mbarrier_init(smem.o_free(consumer), Config::kThreadsPerWarpgroup);
+    if constexpr (Config::kTransposesV) {
+#pragma unroll
+      for (int stage = 0; stage < Config::kStages; ++stage) {
+        mbarrier_init(smem.vt_full(stage), kSm90TransposerThreads);
+        mbarrier_init(smem.v_raw_empty(stage), kSm90TransposerThreads);
+      }
+      *smem.transposer_stop() = 0;
+    }
     mbarrier_init_fence();
     sm90_trace_reset();
   }
@@ -146,6 +158,15 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       }
       if (lead) scheduler.producer_done(smem, state.q_phase);
       if (lead) sm90_cluster_producer_tail<Config, Layout>(smem, state.ring);
+      if constexpr (Config::kTransposesV) {
+        if (lead) sm90_stop_transposer(smem, state.ring);
+      }
+    }
+    if constexpr (Config::kTransposesV) {  // warps 1-3 (the loads' lanes are in warp 0)
+      constexpr int kFirst = kSm90TransposerFirstWarp * 32;
+      if (thread_in_warpgroup >= kFirst && thread_in_warpgroup < kFirst + kSm90TransposerThreads) {
+        sm90_transpose_v(smem, state.ring, thread_in_warpgroup - kFirst);
+      }
     }
   } else {
     setmaxnreg_inc<Config::kConsumerRegisters>();

@@ -92,7 +92,7 @@ template <class Config, bool kCausal, class Layout = Sm90DenseLayout,
 void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr int kHeadDim = Config::kHeadDim;
   constexpr DType kDType = Config::kDType;
-  if (sm90_kernel_head_dim(params.head_dim) != kHeadDim) {
+  if (sm90_kernel_head_dim(params.head_dim, Config::kElementBytes) != kHeadDim) {
     throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
                 " called with head_dim " + std::to_string(params.head_dim));
   }
@@ -122,15 +122,16 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
 
   // Q and O: one 64-row slab per box, of one head, or packed of every query head of a KV group.
-  const auto q_or_o_map = [&](const BshdTensor& tensor) {
+  // O is of the output type (fp8 inputs: fp16 or bf16).
+  const auto q_or_o_map = [&](const BshdTensor& tensor, DType dtype) {
     if constexpr (Config::kPacksGroups) {
-      return make_group_packed_tensor_map(tensor, kDType, params.group_size(),
+      return make_group_packed_tensor_map(tensor, dtype, params.group_size(),
                                           Config::kRowsPerConsumer);
     } else {
-      return make_bshd_tensor_map(tensor, kDType, Config::kRowsPerConsumer);
+      return make_bshd_tensor_map(tensor, dtype, Config::kRowsPerConsumer);
     }
   };
-  const CUtensorMap map_q = q_or_o_map(Layout::q_tensor(params));
+  const CUtensorMap map_q = q_or_o_map(Layout::q_tensor(params), kDType);
   BshdTensor k = Layout::k_tensor(params);
   BshdTensor v = Layout::v_tensor(params);
   if (Layout::max_seqlen_k(params) == 0) {
@@ -147,7 +148,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   const CUtensorMap map_v = make_bshd_tensor_map(v, kDType, kv_box_rows);
   // Built for every call, the decode kernel's too: its encode checks out's pointer and strides
   // (16-byte multiples), which that kernel's paired 16-bit stores rely on.
-  const CUtensorMap map_o = q_or_o_map(Layout::o_tensor(params));
+  const CUtensorMap map_o = q_or_o_map(Layout::o_tensor(params), Config::kOutDType);
 
   const int64_t grid = Scheduler::grid_size(num_tiles, num_sms);
   // The combine launches at the attention kernel's start only onto SMs that grid leaves idle
@@ -160,7 +161,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   // (launch_dependent.h), whose end then overlaps their prologue.
   const auto launch_forward_kernel = [&] {
     using Mainloop = Sm90Mainloop<Config, Layout, kCausal>;
-    using Epilogue = Sm90Epilogue<kDType, Config, Layout>;
+    using Epilogue = Sm90Epilogue<Config::kOutDType, Config, Layout>;
     constexpr auto kernel = sm90_forward_kernel<Layout, Mainloop, Epilogue, Scheduler>;
     raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
     Sm90TileCounters tile_counters;
@@ -217,22 +218,28 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   } else {
     launch_forward_kernel();
   }
-  if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+  if constexpr (Config::kPacksGroups) {  // only packed calls split their keys
+    if (kv_split.splits > 1) launch_sm90_combine_kv_splits<kDType>(params, kv_split);
+  }
 }
 
 // Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q (the longest sequence's)
 // falls in its bucket, else the next row. Each row is one kernel instantiation per layout in the
 // instance's translation unit.
-template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow>
+// kOutDType: out's dtype (the input dtype, except for fp8 inputs).
+template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
+          DType kOutDType = kDType>
 void run_sm90_forward_from_row(const AttentionParams& params) {
-  if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal)) {
-    if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow).max_seqlen_q) {
-      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1>(params);
+  constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
+  if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
+    if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes).max_seqlen_q) {
+      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType>(params);
       return;
     }
   }
-  run_sm90_forward_configured<Sm90TableConfig<kHeadDim, kCausal, kRow, kDType>, kCausal, Layout>(
-      params);
+  run_sm90_forward_configured<
+      Sm90TableConfig<kHeadDim, kCausal, kRow, kDType, /*kPacksGroups=*/false, kOutDType>, kCausal,
+      Layout>(params);
 }
 
 // Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built
@@ -256,10 +263,35 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this
 // call's seqlen_q bucket, in the dense layout or the serving one (varlen, kv caches). A head_dim
 // that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
+// FP8 (e4m3) inputs: the dense layout, unpacked tiles, one kernel per output type (fp16, bf16);
+// the API refuses fp8 in the serving layouts on sm90 (api/backend.cpp).
+template <int kKernelHeadDim, bool kCausal>
+void run_sm90_forward_fp8(const AttentionParams& params) {
+  if (!params.is_dense()) {
+    throw Error("sm90 backend: fp8_e4m3 runs the dense layout only (no cu_seqlens, seqused_k, "
+                "page_table or kv cache)");
+  }
+  constexpr DType kFp8 = DType::kFloat8E4M3;
+  if (params.output_dtype() == DType::kFloat16) {
+    run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
+                              DType::kFloat16>(params);
+  } else if (params.output_dtype() == DType::kBFloat16) {
+    run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
+                              DType::kBFloat16>(params);
+  } else {
+    throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +
+                std::to_string(static_cast<int>(params.output_dtype())));
+  }
+}
+
 template <DType kDType, int kHeadDim, bool kCausal>
 void run_sm90_forward(const AttentionParams& params) {
-  constexpr int kKernelHeadDim = sm90_kernel_head_dim(kHeadDim);
-  if (params.is_dense()) {
+  constexpr int kKernelHeadDim =
+      sm90_kernel_head_dim(kHeadDim, Sm90ElementTraits<kDType>::kBytes);
+  if constexpr (kDType == DType::kFloat8E4M3) {
+    run_sm90_forward_fp8<kKernelHeadDim, kCausal>(params);
+    return;
+  } else if (params.is_dense()) {
     run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90DenseLayout>(params);
   } else {
     run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90ServingLayout>(params);

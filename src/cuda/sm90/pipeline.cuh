@@ -211,7 +211,8 @@ struct Sm90QRelease {
   // kVRing: this consumer's barrier, which every one of its threads arrives on once the O store
   // has read the V stage.
   uint64_t* o_free = nullptr;
-  // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage.
+  // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage, or
+  // stored from registers.
   __device__ __forceinline__ bool hands_back_early() const {
     return q_empty != nullptr && staging != Sm90OStaging::kQSlab;
   }
@@ -222,6 +223,7 @@ struct Sm90QRelease {
   __device__ __forceinline__ bool stages_o_in_v_ring() const { return o_free != nullptr; }
   // O staged in a buffer of its own, which the previous tile's store may still be reading.
   __device__ __forceinline__ bool stages_o_in_own_buffer() const {
+    // (kRegisters answers true too: the epilogue stores from registers before it asks)
     return hands_back_early() && !stages_o_in_v_ring();
   }
   // The barrier to arrive on once the O store has read its staging buffer, or nullptr (own

@@ -132,7 +132,8 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
                                                   const Sm90Tile& tile, int kv_head,
                                                   const KvTileRange& kv_tiles, int step,
                                                   RingPosition<Config::kStages>& ring, int lane) {
-  uint64_t* empty = is_v ? smem.v_empty(ring.stage) : smem.k_empty(ring.stage);
+  // V (FP8): the stage is free once the transposer has read it (v_transpose.cuh).
+  uint64_t* empty = is_v ? smem.v_load_empty(ring.stage) : smem.k_empty(ring.stage);
   uint64_t* full = is_v ? smem.v_full(ring.stage) : smem.k_full(ring.stage);
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);

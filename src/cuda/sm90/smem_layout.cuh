@@ -1,7 +1,8 @@
 // Where each tile of the Hopper kernel lives in dynamic shared memory.
 //
 //   [Q: consumer 0 slab | consumer 1 slab] [K stage 0 .. S-1] [V stage 0 .. S-1]
-//   [O staging: consumer 0 | consumer 1, where it fits] [mbarriers]
+//   [V^T stage 0 .. S-1: FP8 only] [O staging: consumer 0 | consumer 1, where it fits]
+//   [mbarriers]
 //
 // Every tile is a column-block tile (see cuda/ptx/smem_descriptor.cuh) starting on a 1024-byte
 // boundary, as the 128-byte swizzle of TMA and wgmma requires. Where O has no buffer of its own,
@@ -51,21 +52,29 @@ struct Sm90SmemLayout {
   __device__ __forceinline__ uint8_t* v_tile(int stage) const {
     return base + Config::kQBytes + (Config::kStages + stage) * Config::kKVTileBytes;
   }
-  // First byte past the K and V stages: the O staging buffers where they fit, then the barriers.
+  // FP8: V^T of a stage (head_dim rows of BLOCK_N keys, K-major), written by the producer
+  // warpgroup's transposer from v_tile(stage) (v_transpose.cuh).
+  __device__ __forceinline__ uint8_t* vt_tile(int stage) const {
+    return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes +
+           stage * Config::kVtTileBytes;
+  }
+  // First byte past the K and V stages (and V^T): the O staging buffers where they fit, then the
+  // barriers.
   __device__ __forceinline__ uint8_t* after_kv_ring() const {
-    return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes;
+    return base + Config::kQBytes + 2 * Config::kStages * Config::kKVTileBytes +
+           Config::kStages * Config::kVtTileBytes;
   }
   // O of a consumer for its TMA store: its own buffer where the tile leaves room, else the
   // consumer's Q slab (free once its last S = Q K^T has completed).
   __device__ __forceinline__ uint8_t* o_staging(int consumer) const {
     if constexpr (Config::kSeparateOStaging) {
-      return after_kv_ring() + consumer * Config::kQSlabBytes;
+      return after_kv_ring() + consumer * Config::kOSlabBytes;
     } else {
       return q_slab(consumer);
     }
   }
   __device__ __forceinline__ uint64_t* barriers() const {
-    constexpr int kStagingBytes = Config::kSeparateOStaging ? Config::kQBytes : 0;
+    constexpr int kStagingBytes = Config::kSeparateOStaging ? Config::kOBytes : 0;
     return reinterpret_cast<uint64_t*>(after_kv_ring() + kStagingBytes);
   }
   // Q landed (one arrival: the producer's expect_tx, plus the TMA bytes).
@@ -93,6 +102,44 @@ struct Sm90SmemLayout {
   // (every thread of the consumer arrives), so the producer may load V there.
   __device__ __forceinline__ uint64_t* o_free(int consumer) const {
     return barriers() + 2 + 4 * Config::kStages + consumer;
+  }
+  // FP8 (Config::kTransposesV): V^T of a stage written (every transposer thread arrives), and
+  // the V stage read by the transposer, so the next TMA load may overwrite it (likewise).
+  __device__ __forceinline__ uint64_t* vt_full(int stage) const {
+    return barriers() + 2 + 4 * Config::kStages + Config::kConsumerWarpgroups + stage;
+  }
+  __device__ __forceinline__ uint64_t* v_raw_empty(int stage) const {
+    return barriers() + 2 + 5 * Config::kStages + Config::kConsumerWarpgroups + stage;
+  }
+  // FP8: set by the producer after its last V load, then signalled through the next v_full:
+  // the transposer, which walks V stages without knowing the tiles, stops there.
+  __device__ __forceinline__ volatile uint32_t* transposer_stop() const {
+    return reinterpret_cast<volatile uint32_t*>(barriers() + 2 + 6 * Config::kStages +
+                                                Config::kConsumerWarpgroups);
+  }
+  // What the consumers' O += P V reads and waits for: V as loaded, or V^T (FP8).
+  __device__ __forceinline__ uint8_t* pv_tile(int stage) const {
+    if constexpr (Config::kTransposesV) {
+      return vt_tile(stage);
+    } else {
+      return v_tile(stage);
+    }
+  }
+  __device__ __forceinline__ uint64_t* pv_full(int stage) const {
+    if constexpr (Config::kTransposesV) {
+      return vt_full(stage);
+    } else {
+      return v_full(stage);
+    }
+  }
+  // What the TMA thread waits for before loading V into a stage: the consumers' release, or with
+  // V transposed the transposer's (the consumers release V^T to the transposer).
+  __device__ __forceinline__ uint64_t* v_load_empty(int stage) const {
+    if constexpr (Config::kTransposesV) {
+      return v_raw_empty(stage);
+    } else {
+      return v_empty(stage);
+    }
   }
   // Persistent schedulers: the tile whose Q is now loading (m_block < 0: no more tiles), decoded
   // by the producer, so that the consumers start a tile without Sm90TileOrder::tile's integer

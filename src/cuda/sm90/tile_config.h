@@ -17,15 +17,23 @@ constexpr int kSm90SwizzleRowBytes = 128;
 constexpr int kSm90WgmmaKBytes = 32;
 
 // The element type's share of the configuration: what a new input type (FP8) changes.
+// FP8 (e4m3): one byte, so a 128-byte column block holds 128 elements and a wgmma K-step 32;
+// and V goes through a transpose in shared memory (kTransposesV), because FP8 wgmma reads its B
+// operand K-major only (P V needs V^T: head_dim rows of keys).
 template <DType kDType>
 struct Sm90ElementTraits {
-  static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16,
-                "the sm90 kernels take fp16 or bf16");
+  static_assert(kDType == DType::kFloat16 || kDType == DType::kBFloat16 ||
+                    kDType == DType::kFloat8E4M3,
+                "the sm90 kernels take fp16, bf16 or fp8_e4m3");
   static constexpr DType kType = kDType;
-  static constexpr int kBytes = 2;
+  static constexpr int kBytes = kDType == DType::kFloat8E4M3 ? 1 : 2;
   static constexpr int kBoxCols = kSm90SwizzleRowBytes / kBytes;  // elements of a column block
   static constexpr int kWgmmaK = kSm90WgmmaKBytes / kBytes;
+  static constexpr bool kTransposesV = kDType == DType::kFloat8E4M3;
 };
+
+// Bytes of an output element: O is fp16 or bf16 (fp8 inputs write either, params.out_dtype).
+constexpr int kSm90OutputBytes = 2;
 
 // Where a persistent CTA stages a consumer's O for its TMA store (one-tile CTAs always use the Q
 // slab: there is no next tile to load). Sm90TileConfig::kPersistentOStaging picks it.
@@ -33,6 +41,7 @@ enum class Sm90OStaging : int {
   kQSlab = 0,      // the consumer's Q slab: the next Q loads only after the store has read it
   kOwnBuffer = 1,  // a buffer of its own past the K/V ring: Q goes back after the last S = Q K^T
   kVRing = 2,      // a V stage (no room for a buffer): Q goes back after the last S = Q K^T too
+  kRegisters = 3,  // none (FP8 d256): O goes out from registers, Q back after the last S = Q K^T
 };
 
 // The persistent schedulers' tile slot behind the mbarriers: the decoded Sm90Tile (five ints,
@@ -41,12 +50,17 @@ constexpr int kSm90TileSlotBytes = 32;
 
 // Row: a type with a `static constexpr Sm90TuningRow kRow` (Sm90TableRow, or a sweep's own).
 // kPacksGroups_: the tiles' rows hold the query heads of a KV group (sm90_packs_query_groups).
-template <class Row, DType kDType_, bool kPacksGroups_ = false>
+// kOutDType_: the dtype of out (the input dtype, except for fp8 inputs: fp16 or bf16).
+template <class Row, DType kDType_, bool kPacksGroups_ = false, DType kOutDType_ = kDType_>
 struct Sm90TileConfig {
   static constexpr Sm90TuningRow kRow = Row::kRow;
   using Element = Sm90ElementTraits<kDType_>;
   static constexpr DType kDType = kDType_;
+  static constexpr DType kOutDType = kOutDType_;
+  static_assert(kOutDType == DType::kFloat16 || kOutDType == DType::kBFloat16,
+                "out is fp16 or bf16");
   static_assert(kRow.block_n > 0 && kRow.stages > 0, "empty tuning row");
+  static_assert(kRow.input_bytes == Element::kBytes, "a tuning row of another input type");
   static_assert(kRow.consumers == 2 || kRow.consumers == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kRow.head_dim;
@@ -71,8 +85,14 @@ struct Sm90TileConfig {
   // down to 8). Tiles whose O + S + P registers plus ~40 for addresses and softmax state pass 232
   // take the 24 / 240 split (the producer loop fits 24).
   // Three consumers (BLOCK_M 192, 512 threads): 24 x 128 + 160 x 384 = 64512.
-  static constexpr int kConsumerRegisterEstimate = kHeadDim / 2 + kBlockN / 2 + kBlockN / 4 + 40;
-  static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
+  // P holds 64 x BLOCK_N elements of Element::kBytes over 128 threads: BLOCK_N / 4 registers
+  // in 16 bits, BLOCK_N / 8 in fp8.
+  // FP8 keeps the 40 / 232 split: the producer warpgroup's V transpose (v_transpose.cuh) needs
+  // more than 24 registers.
+  static constexpr int kConsumerRegisterEstimate =
+      kHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
+  static constexpr bool kWideConsumers =
+      kConsumerRegisterEstimate > 232 && !Element::kTransposesV;
   static constexpr int kProducerRegisters =
       kConsumerWarpgroups == 3 ? 24 : kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters =
@@ -95,36 +115,59 @@ struct Sm90TileConfig {
   static_assert(kHeadDim % kBoxCols == 0, "head_dim must be whole 128-byte column blocks");
   static_assert(kBlockN % Element::kWgmmaK == 0 && kBlockN <= 256,
                 "BLOCK_N: a multiple of the P V wgmma's K, at most 256 (wgmma N, TMA box rows)");
+  // O (the output type, 16 bits) in the same column blocks of 64 elements as 16-bit inputs.
+  static constexpr int kOutBoxCols = kSm90SwizzleRowBytes / kSm90OutputBytes;
+  static constexpr int kOutColumnBlocks = kHeadDim / kOutBoxCols;
+
+  // V transposed in shared memory (FP8): the producer warpgroup writes V^T of each V stage into a
+  // stage of its own, head_dim rows of BLOCK_N keys, K-major in column blocks of 128 keys (the
+  // last one partly used when 128 does not divide BLOCK_N).
+  static constexpr bool kTransposesV = Element::kTransposesV;
+  static constexpr int kVtKeyBlocks = (kBlockN + kSm90SwizzleRowBytes - 1) / kSm90SwizzleRowBytes;
+  static constexpr int kVtTileBytes =
+      kTransposesV ? kVtKeyBlocks * kHeadDim * kSm90SwizzleRowBytes : 0;
 
   // Shared-memory tiles, each a multiple of the 1024-byte swizzle atom.
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer
   static constexpr int kQBytes = kConsumerWarpgroups * kQSlabBytes;
   static constexpr int kKVTileBytes = kBlockN * kHeadDim * kElementBytes;
+  // O of one consumer staged for its TMA store (16-bit output: twice the Q slab in FP8).
+  static constexpr int kOSlabBytes = kRowsPerConsumer * kHeadDim * kSm90OutputBytes;
+  static constexpr int kOBytes = kConsumerWarpgroups * kOSlabBytes;
   // mbarriers (8 bytes each): q full/empty, k/v full/empty per stage, one o_free per consumer;
-  // then the persistent schedulers' tile slot (smem_layout.cuh lays them out in this order)
-  static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups;
+  // with V transposed, vt_full and v_raw_empty per stage and the transposer's stop word; then the
+  // persistent schedulers' tile slot (smem_layout.cuh lays them out in this order)
+  static constexpr int kTransposeBarriers = kTransposesV ? 2 * kStages + 1 : 0;
+  static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups + kTransposeBarriers;
   static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = 227 * 1024;
-  static constexpr int kCoreSmemBytes =
-      kQBytes + 2 * kStages * kKVTileBytes + kBarrierBytes + kAlignmentSlack;
+  static constexpr int kCoreSmemBytes = kQBytes + 2 * kStages * kKVTileBytes +
+                                        kStages * kVtTileBytes + kBarrierBytes + kAlignmentSlack;
   static_assert(kCoreSmemBytes <= kMaxSmemBytes, "tile does not fit the 227 KB of shared memory");
   // Where it fits, O is staged for its TMA store in a buffer of its own instead of the Q slabs, so
   // a persistent CTA can load the next tile's Q as soon as the last S = Q K^T has completed
   // (before the epilogue) instead of after the O store has read the slab.
-  static constexpr bool kSeparateOStaging = kCoreSmemBytes + kQBytes <= kMaxSmemBytes;
-  static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kQBytes : 0);
+  static constexpr bool kSeparateOStaging = kCoreSmemBytes + kOBytes <= kMaxSmemBytes;
+  static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kOBytes : 0);
   // Where no separate buffer fits (d256 n80: 64 KB Q + 160 KB K/V), a persistent CTA stages O in
   // the V stages instead, consumer c's in the stage c places past the tile's last V (each Q slab
   // fits a stage), once every consumer has read the V there. Q then goes back after the last
   // S = Q K^T as with a separate buffer, and the next tile's Q loads under this epilogue. The
   // producer loads V into a staging stage only after that consumer's O store has read it
   // (o_free; producer.cuh).
-  static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kQSlabBytes &&
+  // FP8 never stages O in the V ring (the transposer, not the TMA thread, writes the stage the
+  // consumers read) nor in a Q slab (half O's bytes): where no buffer of its own fits (d256), its
+  // O goes out from registers (kRegisters).
+  static constexpr bool kOStagingInVRing = !kTransposesV && !kSeparateOStaging &&
+                                           kKVTileBytes >= kQSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing
+                                                      : kTransposesV     ? Sm90OStaging::kRegisters
                                                                          : Sm90OStaging::kQSlab;
+  static_assert(!kTransposesV || (kPersistent && !kPacksGroups),
+                "FP8 tiles: persistent rows only (O is never staged in a Q slab), no packed GQA");
   // Arrivals that free the Q slabs for the next tile (persistent schedulers): every consumer
   // thread, after its last S wgmma completed (O staged in its own buffer or the V ring) or after
   // the O store has read the slab. Each thread arrives itself, so its read of the tile slot is
@@ -133,9 +176,11 @@ struct Sm90TileConfig {
 };
 
 // The configuration of row kIndex of (kHeadDim, kCausal).
-template <int kHeadDim, bool kCausal, int kIndex, DType kDType, bool kPacksGroups = false>
+template <int kHeadDim, bool kCausal, int kIndex, DType kDType, bool kPacksGroups = false,
+          DType kOutDType = kDType>
 using Sm90TableConfig =
-    Sm90TileConfig<Sm90TableRow<kHeadDim, kCausal, kIndex>, kDType, kPacksGroups>;
+    Sm90TileConfig<Sm90TableRow<kHeadDim, kCausal, kIndex, Sm90ElementTraits<kDType>::kBytes>,
+                   kDType, kPacksGroups, kOutDType>;
 
 // Row geometry of the query blocks (pure integer functions, so host tests can check them).
 

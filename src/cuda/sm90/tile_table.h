@@ -59,6 +59,8 @@ struct Sm90TuningRow {
   // of them (cluster.cuh). Non-causal rows only; layouts other than the dense one run the row
   // unclustered.
   int cluster_m = 1;
+  // Bytes of an input element: 2 for the fp16 / bf16 rows, 1 for the fp8 (e4m3) rows.
+  int input_bytes = 2;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -110,21 +112,40 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kLazy | sm90_table::kWarpMask},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask},
+    // FP8 (e4m3) rows: head_dim 128 and 256 only (64 runs the 128 kernels on zero-filled
+    // columns: sm90_kernel_head_dim). Picked by arithmetic, not measured yet (docs/kernels.md,
+    // "FP8 kernel"): per stage K + V (TMA) + V^T (transposed by the producer warpgroup).
+    //   d128 n128: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
+    //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
+    //   d256 n96 : Q 32 KB + 2 x (24 + 24 + 32) KB = 192 KB (V^T rows are 128 bytes, 96 used),
+    //              no room for the 64 KB of O staging: O stored from registers;
+    //              registers O 128 + S 48 + P 12 + ~40 = 228 of 232 (n128: 248, 48 bytes spilled)
+    { 128, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk, /*cluster_m=*/1, /*input_bytes=*/1},
+    { 128, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk, /*cluster_m=*/1, /*input_bytes=*/1},
+    { 256, false,  kAnySeqlen,  96, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kWarpMask, /*cluster_m=*/1, /*input_bytes=*/1},
+    { 256, true,   kAnySeqlen,  96, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kWarpMask, /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
-// How many rows (head_dim, causal) has, and its index-th row in table order.
-constexpr int sm90_row_count(int head_dim, bool causal) {
+// How many rows (head_dim, causal, input element bytes) has, and its index-th row in table order.
+constexpr int sm90_row_count(int head_dim, bool causal, int input_bytes = 2) {
   int count = 0;
   for (const Sm90TuningRow& row : kSm90TuningTable)
-    count += (row.head_dim == head_dim && row.causal == causal) ? 1 : 0;
+    count += (row.head_dim == head_dim && row.causal == causal && row.input_bytes == input_bytes)
+                 ? 1
+                 : 0;
   return count;
 }
 
-constexpr Sm90TuningRow sm90_tuning_row(int head_dim, bool causal, int index) {
+constexpr Sm90TuningRow sm90_tuning_row(int head_dim, bool causal, int index,
+                                        int input_bytes = 2) {
   int seen = 0;
   for (const Sm90TuningRow& row : kSm90TuningTable) {
-    if (row.head_dim == head_dim && row.causal == causal) {
+    if (row.head_dim == head_dim && row.causal == causal && row.input_bytes == input_bytes) {
       if (seen == index) return row;
       ++seen;
     }
@@ -135,28 +156,31 @@ constexpr Sm90TuningRow sm90_tuning_row(int head_dim, bool causal, int index) {
 
 // The rows of every (head_dim, causal) cover all lengths in ascending order: the launcher walks
 // them with if constexpr, so a wrong order would silently skip a bucket.
-constexpr bool sm90_rows_ordered() {
-  for (int head_dim : {64, 128, 256}) {
+constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input_bytes) {
+  for (int head_dim : head_dims) {
     for (bool causal : {false, true}) {
-      const int rows = sm90_row_count(head_dim, causal);
+      const int rows = sm90_row_count(head_dim, causal, input_bytes);
       if (rows == 0 || rows > kSm90MaxRowsPerMask) return false;
-      if (sm90_tuning_row(head_dim, causal, rows - 1).max_seqlen_q != kAnySeqlen) return false;
+      if (sm90_tuning_row(head_dim, causal, rows - 1, input_bytes).max_seqlen_q != kAnySeqlen)
+        return false;
       for (int i = 1; i < rows; ++i)
-        if (sm90_tuning_row(head_dim, causal, i - 1).max_seqlen_q >=
-            sm90_tuning_row(head_dim, causal, i).max_seqlen_q)
+        if (sm90_tuning_row(head_dim, causal, i - 1, input_bytes).max_seqlen_q >=
+            sm90_tuning_row(head_dim, causal, i, input_bytes).max_seqlen_q)
           return false;
     }
   }
   return true;
 }
-static_assert(sm90_rows_ordered(), "kSm90TuningTable: 1-4 rows per (head_dim, causal), ascending "
-                                   "max_seqlen_q, the last one kAnySeqlen");
+static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({128, 256}, 1),
+              "kSm90TuningTable: 1-4 rows per (head_dim, causal, input bytes), ascending "
+              "max_seqlen_q, the last one kAnySeqlen");
 
-// Row kIndex of (kHeadDim, kCausal) as a type: the tile configuration's template argument
-// (tile_config.h). Tuning sweeps (dev/) pass types of their own with a `kRow` of any shape.
-template <int kHeadDim, bool kCausal, int kIndex>
+// Row kIndex of (kHeadDim, kCausal, kInputBytes) as a type: the tile configuration's template
+// argument (tile_config.h). Tuning sweeps (dev/) pass types of their own with a `kRow` of any
+// shape.
+template <int kHeadDim, bool kCausal, int kIndex, int kInputBytes = 2>
 struct Sm90TableRow {
-  static constexpr Sm90TuningRow kRow = sm90_tuning_row(kHeadDim, kCausal, kIndex);
+  static constexpr Sm90TuningRow kRow = sm90_tuning_row(kHeadDim, kCausal, kIndex, kInputBytes);
   static_assert(kRow.block_n > 0, "no such row in kSm90TuningTable");
 };
 
@@ -164,10 +188,12 @@ struct Sm90TableRow {
 // kernels (a column block), and the inner extent of every TMA box.
 constexpr int kSm90HeadDimGranule = 64;
 
-// The kernel head_dim that serves a call's head_dim: the next multiple of a column block. 96 runs
-// the 128 kernels, which compute the zero-filled extra columns too.
-constexpr int sm90_kernel_head_dim(int head_dim) {
-  return (head_dim + kSm90HeadDimGranule - 1) / kSm90HeadDimGranule * kSm90HeadDimGranule;
+// The kernel head_dim that serves a call's head_dim: the next multiple of a column block (64
+// 16-bit or 128 8-bit elements). 96 runs the 128 kernels, which compute the zero-filled extra
+// columns too; in fp8, 64 does as well.
+constexpr int sm90_kernel_head_dim(int head_dim, int input_bytes = 2) {
+  const int granule = kSm90HeadDimGranule * 2 / input_bytes;
+  return (head_dim + granule - 1) / granule * granule;
 }
 
 // The row of packed calls (kv_split_plan.h): the shortest-sequence row, whose bucket holds every
