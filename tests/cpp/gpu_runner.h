@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -66,11 +69,14 @@ struct GpuRun {
 };
 
 // Uploads fresh inputs in `layout`, runs `backend` on `stream`, downloads out and lse and checks
-// up to max_rows query rows.
+// up to max_rows query rows. `adjust` may change the inputs first (e.g. fp8 descales); the check
+// reads the adjusted ones.
 inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float stddev,
                            Backend backend, int max_rows, cudaStream_t stream = nullptr,
-                           uint64_t seed = 4321) {
+                           uint64_t seed = 4321,
+                           const std::function<void(testing::HostTensors&)>& adjust = nullptr) {
   testing::HostTensors in = testing::make_random_inputs(s, seed, stddev);
+  if (adjust) adjust(in);
   const size_t eb = dtype_size(s.dtype);
   const Device cuda{DeviceType::kCUDA, 0};
   const int64_t packed_heads = s.heads_q + 2 * s.heads_kv;
@@ -100,9 +106,20 @@ inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float 
   uint8_t* k_base = layout == Layout::kPackedQKV ? dq.data() : dk.data();
   uint8_t* v_base = layout == Layout::kPackedQKV ? dq.data() : dv.data();
 
-  DeviceBuffer d_out(in.q.size()), d_lse(size_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float));
+  // fp8 inputs: out in bf16 or fp16 (s.output_dtype()), and the descales they were quantized with.
+  const DType out_dtype = s.output_dtype();
+  const size_t out_bytes = in.q.size() / eb * dtype_size(out_dtype);
+  DeviceBuffer d_out(out_bytes), d_lse(size_t(s.batch) * s.heads_q * s.seqlen_q * sizeof(float));
   d_out.poison();
   d_lse.poison();
+  std::unique_ptr<DeviceBuffer> d_descales[3];
+  const std::vector<float>* descales[3] = {&in.q_descale, &in.k_descale, &in.v_descale};
+  for (int i = 0; i < 3; ++i) {
+    if (descales[i]->empty()) continue;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(descales[i]->data());
+    d_descales[i] = std::make_unique<DeviceBuffer>(descales[i]->size() * sizeof(float));
+    d_descales[i]->upload(std::vector<uint8_t>(bytes, bytes + d_descales[i]->bytes()));
+  }
   // Uploads and memsets run on the legacy stream and may still be in flight when they return;
   // a non-blocking `stream` would not wait for them.
   GPU_TEST_CHECK(cudaDeviceSynchronize());
@@ -114,7 +131,14 @@ inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float 
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gk.strides);
   args.v = make_strided_tensor(v_base + gv.offset * eb, s.dtype, cuda,
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gv.strides);
-  args.out = make_tensor(d_out.data(), s.dtype, cuda, {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
+  args.out = make_tensor(d_out.data(), out_dtype, cuda, {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
+  auto descale = [&](int i) -> std::optional<TensorView> {
+    if (!d_descales[i]) return std::nullopt;
+    return make_tensor(d_descales[i]->data(), DType::kFloat32, cuda, {s.batch, s.heads_kv});
+  };
+  args.q_descale = descale(0);
+  args.k_descale = descale(1);
+  args.v_descale = descale(2);
   args.lse = make_tensor(d_lse.data(), DType::kFloat32, cuda, {s.batch, s.heads_q, s.seqlen_q});
   args.softmax_scale = s.softmax_scale;
   args.causal = s.causal;
@@ -124,7 +148,7 @@ inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float 
   GpuRun run;
   run.ran = attention_forward(args);
   GPU_TEST_CHECK(stream ? cudaStreamSynchronize(stream) : cudaDeviceSynchronize());
-  std::vector<uint8_t> out(in.q.size());
+  std::vector<uint8_t> out(out_bytes);
   std::vector<float> lse(d_lse.bytes() / sizeof(float));
   d_out.download(out.data());
   d_lse.download(lse.data());

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common/accumulator_layout.h"
 #include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
@@ -159,6 +160,67 @@ TEST(Sm90RowGeometry, KvSplitPlansCoverEveryKvBlockOnce) {
   EXPECT_EQ(sm90_kv_split_plan(16, 32, 8, 1, 16384, 128, false, 132).splits, 1);
   EXPECT_EQ(sm90_kv_split_workspace_bytes(decode, 1, 32, 1, 128),
             kSm90SplitWorkspaceOffset + 16 * 32 * 129 * 4);
+}
+
+// FP8 P V: the A operand positions of a k32 step hold the keys the S accumulator already keeps in
+// the same lane (fp8_a_position_key), a permutation of the step's 32 keys; the register and byte
+// the conversion (accumulator_to_a_fragments, e4m3) reads for each position is that key's.
+TEST(Sm90Fp8Layout, APositionsArePermutedKeysOfTheSameLane) {
+  std::vector<int> seen(32, 0);
+  for (int position = 0; position < 32; ++position) {
+    const int key = fp8_a_position_key(position);
+    ASSERT_GE(key, 0);
+    ASSERT_LT(key, 32);
+    ++seen[key];
+  }
+  for (int key = 0; key < 32; ++key) EXPECT_EQ(seen[key], 1) << "key " << key;
+  for (int lane_in_quad = 0; lane_in_quad < 4; ++lane_in_quad) {
+    for (int reg = 0; reg < 4; ++reg) {  // a[2h + r]: h the 16-column half, r the row half
+      const int h = reg / 2, r = reg % 2;
+      for (int byte = 0; byte < 4; ++byte) {
+        const int position = 16 * h + 4 * lane_in_quad + byte;  // PTX ISA: k of (reg, byte)
+        // The accumulator register the e4m3 conversion packs into that byte (k-step 0).
+        const int acc = 8 * h + 2 * r + 4 * (byte / 2) + byte % 2;
+        const int chunk = acc / kAccRegsPerChunk;
+        EXPECT_EQ(acc_reg(chunk, r, byte % 2), acc);
+        const int column = kAccChunkColumns * chunk + kAccPairColumns * lane_in_quad + byte % 2;
+        EXPECT_EQ(column, fp8_a_position_key(position))
+            << "lane " << lane_in_quad << " reg " << reg << " byte " << byte;
+      }
+    }
+  }
+}
+
+// FP8 head dims and tiles: 64 and 96 run the d128 kernels (a column block is 128 bytes), and the
+// fp8 rows fit shared memory with O staged (d128) or stored from registers (d256).
+TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
+  EXPECT_EQ(sm90_kernel_head_dim(64, 1), 128);
+  EXPECT_EQ(sm90_kernel_head_dim(96, 1), 128);
+  EXPECT_EQ(sm90_kernel_head_dim(128, 1), 128);
+  EXPECT_EQ(sm90_kernel_head_dim(256, 1), 256);
+  EXPECT_EQ(sm90_kernel_head_dim(64), 64);
+  EXPECT_EQ(sm90_kernel_head_dim(96), 128);
+  for (bool causal : {false, true}) {
+    EXPECT_EQ(sm90_row_count(128, causal, 1), 1);
+    EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
+    EXPECT_EQ(sm90_row_count(64, causal, 1), 0);
+  }
+  using D128 = Sm90TableConfig<128, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  using D256 = Sm90TableConfig<256, true, 0, DType::kFloat8E4M3, false, DType::kFloat16>;
+  static_assert(D128::kTransposesV && D256::kTransposesV);
+  EXPECT_EQ(D128::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
+  EXPECT_EQ(D256::kPersistentOStaging, Sm90OStaging::kRegisters);
+  EXPECT_LE(D128::kSmemBytes, D128::kMaxSmemBytes);
+  EXPECT_LE(D256::kSmemBytes, D256::kMaxSmemBytes);
+  EXPECT_EQ(D128::kVtTileBytes, 128 * 128);
+  EXPECT_EQ(D128::kOSlabBytes, 2 * D128::kQSlabBytes);  // 16-bit O of 8-bit inputs
+  EXPECT_EQ(D128::kConsumerRegisters, 232);  // the transposer needs the producer's 40
+  EXPECT_EQ(D256::kProducerRegisters, 40);
+  // The 16-bit configurations are what they were: no V^T, the same barriers.
+  using Bf16 = Sm90TableConfig<128, false, 0, DType::kBFloat16>;
+  static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0);
+  EXPECT_EQ(Bf16::kBarrierCount, 2 + 4 * Bf16::kStages + Bf16::kConsumerWarpgroups);
+  EXPECT_EQ(Bf16::kOBytes, Bf16::kQBytes);
 }
 
 }  // namespace
