@@ -5,9 +5,8 @@ tails, causal with seqlen_q != seqlen_k, std-1 and std-30 inputs quantized per (
 the errors of bad fp8 arguments. The module's raw entry point is tested without ml_dtypes or
 torch (uint8 codes, dtype code 4), so a bare environment still runs an fp8 accuracy check.
 
-The `gpu` tests pin today's sm90 answer, the clear error "backend sm90 does not run fp8_e4m3
-yet" (sm80: "needs FP8 tensor cores"); when the sm90 FP8 kernel lands they become accuracy
-checks of the same cases on CUDA tensors (test_cuda_fp8_is_refused_until_the_kernel_lands)."""
+The `gpu` tests run the same cases on CUDA tensors: on Hopper the sm90 FP8 kernel under the same
+rule (test_cuda_fp8_dense), elsewhere sm80's clear error ("needs FP8 tensor cores")."""
 
 import importlib
 import importlib.util
@@ -467,20 +466,42 @@ def test_torch_fp8_errors():
                 q_descale=d))
 
 
-# --- CUDA: sm90 refuses fp8 with a clear error until its kernel lands.
+# --- CUDA: the sm90 FP8 kernel on Hopper (dense layout); elsewhere sm80's clear error.
 
 @pytest.mark.gpu
-def test_cuda_fp8_is_refused_until_the_kernel_lands():
-    """Today's answer on a GPU: an error naming the dtype and the backend, never a silent
-    fallback. When the sm90 FP8 kernel lands, this test becomes the accuracy check of every
-    CASES entry on CUDA tensors (check_fp8 on the auto backend's output)."""
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cuda_fp8_dense(case):
+    """Every CASES entry on CUDA tensors: on Hopper the auto backend runs the sm90 FP8 kernel,
+    checked by the FP8 rule (check_fp8); elsewhere an error naming the dtype and the backend,
+    never a silent fallback."""
     torch = _torch()
-    inputs, causal = _case("gqa4_sq65_sk127_causal")
+    inputs, causal = _case(case)
     q, k, v = (_torch_fp8(c).cuda() for c in inputs.codes)
-    descales = {n: d.cuda() for n, d in _torch_descales(inputs).items()}
-    hopper = torch.cuda.get_device_capability() == (9, 0)  # auto: sm90 there, sm80 elsewhere
-    expected = ("backend sm90 does not run fp8_e4m3 yet" if hopper
-                else "dtype fp8_e4m3 needs FP8 tensor cores (sm89+); backend sm80 does not run it")
-    with pytest.raises(flashcore.FlashCoreError, match=re.escape(expected)):
-        flashcore.attention(q, k, v, causal=causal, **descales)
+    descales = {n: None if d is None else d.cuda() for n, d in _torch_descales(inputs).items()}
+    if torch.cuda.get_device_capability() != (9, 0):  # auto: sm90 on Hopper, sm80 elsewhere
+        expected = "dtype fp8_e4m3 needs FP8 tensor cores (sm89+); backend sm80 does not run it"
+        with pytest.raises(flashcore.FlashCoreError, match=re.escape(expected)):
+            flashcore.attention(q, k, v, causal=causal, **descales)
+        return
+    out, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True, **descales)
     torch.cuda.synchronize()
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    check_fp8(f"{case} sm90", out.float().cpu().numpy(), lse.cpu().numpy(), inputs, causal)
+
+
+@pytest.mark.gpu
+def test_cuda_fp8_float16_out_bhsd():
+    torch = _torch()
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 kernel is sm90's")
+    import flashcore.torch as fct
+
+    inputs, causal = _case("gqa4_sq65_sk127_causal")
+    q, k, v = (_torch_fp8(c).cuda().transpose(1, 2) for c in inputs.codes)  # BHSD views
+    descales = {n: None if d is None else d.cuda() for n, d in _torch_descales(inputs).items()}
+    out = fct.attention(q, k, v, causal=causal, layout="bhsd", out_dtype=torch.float16,
+                        **descales)
+    torch.cuda.synchronize()
+    assert out.dtype == torch.float16 and out.shape == q.shape
+    check_fp8("bhsd sm90", out.transpose(1, 2).float().cpu().numpy(), None, inputs, causal,
+              out_dtype="float16")
