@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Compiles every sm90 kernel instance on its own with nvcc for sm_90a and prints, per instance,
 # ptxas registers / stack / spills and the SASS instruction families that must be there (HGMMA,
-# UTMALDG, SYNCS) and must not (LDL/STL local-memory traffic). Needs no GPU.
+# UTMALDG, SYNCS; QGMMA for fp8) and must not (LDL/STL local-memory traffic). Needs no GPU.
 # "max reg" is the highest register index in the SASS + 1: the consumers' real footprint after
 # setmaxnreg (ptxas reports the launch cap, 168, for the whole kernel).
 # Usage (repository root): bash dev/sm90/compile_instances.sh [out_dir]
 set -euo pipefail
 out=${1:-/tmp/flashcore_sm90_instances}
 mkdir -p "$out"
-for dtype in kFloat16 kBFloat16; do
+for dtype in kFloat16 kBFloat16 kFloat8E4M3; do  # fp8: hd64 runs the hd128 kernels
   for hd in 64 128 256; do
     for causal in false true; do
       name=sm90_${dtype}_hd${hd}_${causal}
@@ -25,7 +25,7 @@ SRC
       cuobjdump --dump-sass "$out/$name.o" > "$out/$name.sass"
       count() { grep -c "$1" "$out/$name.sass" || true; }
       maxreg=$(grep -o "\bR[0-9]\+\b" "$out/$name.sass" | tr -d R | sort -n | tail -1)
-      echo "$name: $regs, max reg R$maxreg; $frame; warnings $warn; HGMMA $(count HGMMA) UTMALDG $(count UTMALDG) UTMASTG $(count UTMASTG) SYNCS $(count SYNCS) LDL $(count 'LDL') STL $(count 'STL')"
+      echo "$name: $regs, max reg R$maxreg; $frame; warnings $warn; HGMMA $(count HGMMA) QGMMA $(count QGMMA) UTMALDG $(count UTMALDG) UTMASTG $(count UTMASTG) SYNCS $(count SYNCS) LDL $(count 'LDL') STL $(count 'STL')"
     done
   done
 done

@@ -13,6 +13,9 @@ persistent schedules:
   * every named-barrier generation pairs the owner's sync with the other consumer's arrival.
 Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_begin): consumer
 0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
+FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage into a V^T stage
+(vt_full / v_raw_empty), the consumers read V^T, and the producer stops the transposer after its
+last V with the stop word; O staged in its own buffer or stored from registers ("regs").
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -93,6 +96,7 @@ class Smem:
     def __init__(self, stages):
         self.content, self.readers = {}, {}
         names = ["q0", "q1", "o0", "o1"] + [f"k{s}" for s in range(stages)]
+        names += [f"vt{s}" for s in range(stages)]
         for name in names + [f"v{s}" for s in range(stages)]:
             self.content[name] = None
             self.readers[name] = set()
@@ -127,11 +131,17 @@ class Ring:
 
 
 KV_BYTES, Q_SLAB_BYTES = 100, 25
+TRANSPOSER_THREADS = 96
 
 
 class Cta:
-    def __init__(self, tiles, stages, schedule, rng, staging="qslab"):
+    def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
+        self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
+        self.vt_full = [MBarrier(f"vt_full{s}", TRANSPOSER_THREADS) for s in range(stages)]
+        self.v_raw_empty = [MBarrier(f"v_raw_empty{s}", TRANSPOSER_THREADS)
+                            for s in range(stages)]
+        self.stop = False  # the transposer's stop word
         self.persistent = schedule in ("persistent", "pplain")
         # Where O is staged (persistent schedules; one tile per CTA always uses the Q slab):
         # "qslab", Q handed back after the store read it; "own" (kSeparateOStaging) or "vring"
@@ -156,7 +166,8 @@ class Cta:
     # --- producer (producer.cuh) ---
     def load(self, kind, tile_id, step, ring):
         s = ring.stage
-        empty = self.k_empty[s] if kind == "k" else self.v_empty[s]
+        v_empty = self.v_raw_empty[s] if self.transpose else self.v_empty[s]
+        empty = self.k_empty[s] if kind == "k" else v_empty
         full = self.k_full[s] if kind == "k" else self.v_full[s]
         yield lambda: empty.passed(ring.phase ^ 1)
         full.arrive_expect_tx(KV_BYTES)
@@ -209,6 +220,31 @@ class Cta:
             yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
             self.slot = -1
             self.q_full.arrive()
+        if self.transpose:  # sm90_stop_transposer: every V read, then the stop word
+            pos = ring.copy()
+            for _ in range(self.stages):
+                yield lambda s=pos.stage, ph=pos.phase: self.v_raw_empty[s].passed(ph ^ 1)
+                pos.advance()
+            self.stop = True
+            self.v_full[ring.stage].arrive()
+
+    def transposer(self):
+        # sm90_transpose_v: V stages in ring order, each into its V^T stage, until stopped.
+        ring = Ring(self.stages)
+        while True:
+            s = ring.stage
+            yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+            if self.stop:
+                return
+            yield lambda s=s, ph=ring.phase: self.v_empty[s].passed(ph ^ 1)
+            value = self.smem.content[f"v{s}"]
+            self.smem.start_read(f"v{s}", value, "transposer")
+            yield lambda: True
+            self.smem.write(f"vt{s}", value, "transposer")
+            self.smem.end_read(f"v{s}", "transposer")
+            self.vt_full[s].arrive(TRANSPOSER_THREADS)
+            self.v_raw_empty[s].arrive(TRANSPOSER_THREADS)
+            ring.advance()
 
     def read_slot(self, who, expected):
         if self.persistent and self.slot != expected:
@@ -227,6 +263,9 @@ class Cta:
     def epilogue(self, c, tile_id, ring, has_rows):
         # A consumer without rows stages O like the others but issues no store.
         who = f"c{c}"
+        if self.staging == "regs":  # FP8 d256: O from registers, no shared memory
+            return
+            yield
         if self.staging == "vring":
             # Consumer c stages O in V stage (next + c) once every consumer has read the V last
             # there (one trip round the ring before that position), and hands it back to the
@@ -333,26 +372,33 @@ class Cta:
             ring.advance()
             s, ps = ring.stage, prev.stage
             yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-            yield lambda ps=ps, ph=prev.phase: self.v_full[ps].passed(ph)
+            yield lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
             yield from self.turn_begin(c)
             self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
-            self.smem.start_read(f"v{ps}", (tile_id, step - 1), who)
+            self.smem.start_read(self.pv_buf(ps), (tile_id, step - 1), who)
             self.turn_end(c)
             yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
             self.k_empty[s].arrive(128)
             if step == count - 1:
                 self.release_q_after_last_qk()
-            yield from self.wgmma_wait(who, [f"v{ps}"])  # wait_group<0>
+            yield from self.wgmma_wait(who, [self.pv_buf(ps)])  # wait_group<0>
             self.v_empty[ps].arrive(128)
         s = ring.stage
-        yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
+        yield lambda s=s, ph=ring.phase: self.pv_full(s).passed(ph)
         yield from self.turn_begin(c)
-        self.smem.start_read(f"v{s}", (tile_id, count - 1), who)
+        self.smem.start_read(self.pv_buf(s), (tile_id, count - 1), who)
         self.turn_end(c)
-        yield from self.wgmma_wait(who, [f"v{s}"])
+        yield from self.wgmma_wait(who, [self.pv_buf(s)])
         self.v_empty[s].arrive(128)
         ring.advance()
+
+    # What P V reads and waits for: V, or with the transposer V^T (smem_layout.cuh pv_tile).
+    def pv_full(self, s):
+        return self.vt_full[s] if self.transpose else self.v_full[s]
+
+    def pv_buf(self, s):
+        return f"vt{s}" if self.transpose else f"v{s}"
 
     def consumer_overlap(self, c):
         # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once.
@@ -369,6 +415,8 @@ class Cta:
         plain = self.schedule in ("plain", "pplain")
         consumer = self.consumer_plain if plain else self.consumer_overlap
         roles = {"producer": self.producer(), "c0": consumer(0), "c1": consumer(1)}
+        if self.transpose:
+            roles["transposer"] = self.transposer()
         waiting = {name: (lambda: True) for name in roles}
         while roles or self.async_events:
             ready = [n for n in roles if waiting[n]()]
@@ -397,19 +445,22 @@ def random_tiles(rng, persistent):
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     rng = random.Random(7)
-    for schedule, staging in (("plain", "qslab"), ("overlap", "qslab"),
-                              ("persistent", "qslab"), ("persistent", "own"),
-                              ("persistent", "vring"), ("pplain", "qslab"), ("pplain", "own"),
-                              ("pplain", "vring")):
+    for schedule, staging, transpose in (
+            ("plain", "qslab", False), ("overlap", "qslab", False),
+            ("persistent", "qslab", False), ("persistent", "own", False),
+            ("persistent", "vring", False), ("pplain", "qslab", False), ("pplain", "own", False),
+            ("pplain", "vring", False), ("persistent", "own", True), ("persistent", "regs", True)):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
-                Cta(tiles, stages, schedule, random.Random(i), staging).run()
+                Cta(tiles, stages, schedule, random.Random(i), staging, transpose).run()
             except ModelError as e:
-                print(f"FAIL {schedule} {staging} stages={stages} tiles={tiles} seed={i}: {e}")
+                print(f"FAIL {schedule} {staging} transpose={transpose} stages={stages} "
+                      f"tiles={tiles} seed={i}: {e}")
                 return 1
-        print(f"ok {schedule} ({staging} O staging): {runs} random interleavings")
+        fp8 = ", FP8 V transposer" if transpose else ""
+        print(f"ok {schedule} ({staging} O staging{fp8}): {runs} random interleavings")
     return 0
 
 
