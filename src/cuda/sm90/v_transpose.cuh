@@ -38,55 +38,57 @@ constexpr int kSm90TransposerFirstWarp = 1;
 constexpr int kSm90TransposerThreads = 96;
 
 
-// Byte offset of (row, byte column) in a tile of 128-byte-swizzled column blocks of `kRows` rows:
-// the 16-byte chunk c of a row r sits at chunk position c ^ (r % 8).
-template <int kRows>
-__device__ __forceinline__ uint32_t swizzled_byte_offset(int row, int byte_col) {
-  const int block = byte_col / kSwizzleBytes;
-  const int chunk = (byte_col % kSwizzleBytes) / 16;
-  return block * (kRows * kSwizzleBytes) + row * kSwizzleBytes + ((chunk ^ (row % 8)) * 16) +
-         byte_col % 16;
-}
-
-// V (BLOCK_N keys x head_dim bytes, as TMA wrote it: column blocks of 128 head_dim bytes) into
-// V^T (head_dim rows x BLOCK_N keys in the permuted order, column blocks of 128 keys) by transposer
-// thread `thread` of kSm90TransposerThreads. Each unit is 4 keys x 4 head_dim bytes: four 32-bit
-// loads, a 4 x 4 byte transpose in registers (PRMT), four 32-bit stores. Consecutive lanes take 4
-// head_dim groups by 8 key groups, which spreads the swizzled loads over 16 banks.
+// V (BLOCK_N keys x head_dim bytes, as TMA wrote it: column blocks of 128 head_dim bytes, the
+// 16-byte chunk c of row r at chunk position c ^ (r % 8)) into V^T (head_dim rows x BLOCK_N keys
+// in the permuted order, column blocks of 128 keys, swizzled alike) by transposer thread `thread`
+// of kSm90TransposerThreads. A unit is 4 keys x 4 head_dim bytes: four 32-bit loads, a 4 x 4 byte
+// transpose in registers (PRMT), four 32-bit stores. A lane always takes the same place in a
+// 32-key x 16-byte block (8 key groups x 4 head_dim groups, which spreads the swizzled loads over
+// 16 banks); the warps take the blocks in turn. The row of every load and store modulo 8, hence
+// its swizzle, is then fixed per thread, and the loop only adds block offsets.
 template <class Config>
 __device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t* vt, int thread) {
-  constexpr int kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
-  constexpr int kKeyGroups = kBlockN / 4;   // units along the keys
-  constexpr int kUnits = kKeyGroups * (kHeadDim / 4);
-  constexpr int kKeyGroupsPerLaneGroup = 8;  // one 32-key step
-  constexpr int kDimGroupsPerLaneGroup = 4;  // one 16-byte chunk of head_dim
+  constexpr uint32_t kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr uint32_t kRow = kSwizzleBytes;                // bytes of a swizzled row
+  constexpr uint32_t kKeySteps = kBlockN / 32;            // 32-key blocks
+  constexpr uint32_t kDimChunks = kHeadDim / 16;          // 16-byte head_dim blocks
+  constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
+  constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
+  constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
   static_assert(kBlockN % 32 == 0 && kHeadDim % 16 == 0, "whole k32 steps and 16-byte chunks");
-  for (int unit = thread; unit < kUnits; unit += kSm90TransposerThreads) {
-    const int lane_keys = unit % kKeyGroupsPerLaneGroup;
-    const int lane_dims = (unit / kKeyGroupsPerLaneGroup) % kDimGroupsPerLaneGroup;
-    const int rest = unit / (kKeyGroupsPerLaneGroup * kDimGroupsPerLaneGroup);
-    constexpr int kKeySteps = kBlockN / 32;
-    const int key_step = rest % kKeySteps;
-    const int dim_chunk = rest / kKeySteps;
-    const int dim = 16 * dim_chunk + 4 * lane_dims;          // first of 4 head_dim bytes
-    const int position = 32 * key_step + 4 * lane_keys;      // first of 4 V^T positions
-    const int first_key = 32 * key_step + fp8_a_position_key(4 * lane_keys);
-    // Positions p..p+3 hold keys k, k + 1, k + 8, k + 9 (fp8_a_position_key).
+  static_assert(kSm90TransposerThreads % 32 == 0, "whole warps");
+  const uint32_t lane = static_cast<uint32_t>(thread) % 32, warp = static_cast<uint32_t>(thread) / 32;
+  const uint32_t lane_keys = lane % 8, lane_dims = lane / 8;
+  // Positions 4 lane_keys + e hold keys k, k + 1, k + 8, k + 9 of each 32 (fp8_a_position_key):
+  // key k + 8 (e / 2) + e % 2 is row k + ... of V, and as k is even its swizzle (the row modulo 8)
+  // is (k % 8) ^ (e % 2). Row 4 lane_dims + r of V^T (modulo 8) is (4 lane_dims % 8) ^ r. So the
+  // per-thread state is three words, and e and r only add constants (immediate offsets).
+  const uint32_t first_key = static_cast<uint32_t>(fp8_a_position_key(4 * lane_keys));
+  const uint32_t v_row = first_key * kRow + 4 * lane_dims;
+  const uint32_t key_swizzle = first_key % 8;
+  const uint32_t vt_row = 4 * lane_dims * kRow + (4 * lane_keys) % 16;
+  const uint32_t vt_swizzle = (4 * lane_dims) % 8 ^ lane_keys / 4;
+  for (uint32_t block = warp; block < kKeySteps * kDimChunks; block += kWarps) {
+    const uint32_t key_step = block % kKeySteps, dim_chunk = block / kKeySteps;
+    const uint32_t v_base = (dim_chunk / 8) * kVBlockBytes + key_step * 32 * kRow + v_row;
+    const uint32_t chunk = (dim_chunk % 8) ^ key_swizzle;
     uint32_t w[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = first_key + 8 * (e / 2) + e % 2;
-      w[e] = *reinterpret_cast<const uint32_t*>(v + swizzled_byte_offset<kBlockN>(key, dim));
+    for (uint32_t e = 0; e < 4; ++e) {
+      w[e] = *reinterpret_cast<const uint32_t*>(v + v_base + (8 * (e / 2) + e % 2) * kRow +
+                                                ((chunk ^ (e % 2)) << 4));
     }
     // w[e] byte r = V[key_e][dim + r]; row dim + r of V^T gets byte r of w[0..3].
     const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
     const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
     const uint32_t rows[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
                               __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
+    // V^T rows 16 dim_chunk + 4 lane_dims + r, positions 32 key_step + 4 lane_keys + 0..3.
+    const uint32_t vt_base = (key_step / 4) * kVtBlockBytes + dim_chunk * 16 * kRow + vt_row;
+    const uint32_t vt_chunk = (2 * (key_step % 4)) ^ vt_swizzle;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      *reinterpret_cast<uint32_t*>(vt + swizzled_byte_offset<kHeadDim>(dim + r, position)) =
-          rows[r];
+    for (uint32_t r = 0; r < 4; ++r) {
+      *reinterpret_cast<uint32_t*>(vt + vt_base + r * kRow + ((vt_chunk ^ r) << 4)) = rows[r];
     }
   }
 }
