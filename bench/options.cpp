@@ -271,11 +271,12 @@ one config (any of these selects single-config mode):
   --heads-kv N         key/value heads (default: heads-q); heads-q must be a multiple (GQA/MQA)
   --head-dim N         head dimension, 1..256 (64); GPU backends: the head dims they have
                        kernels for (64, 96, 128, 256 in a full build)
-  --dtype T            fp16 | bf16 | fp32 | fp8 (fp16); GPU backends take fp16 and bf16 only.
+  --dtype T            fp16 | bf16 | fp32 | fp8 (fp16); GPU backends take fp16 and bf16, and
+                       sm90 fp8 in the dense layout.
                        fp8 (e4m3): inputs quantized per (batch, kv head) with descale =
                        amax / 448, out bf16, checked by the FP8 rule (2x the fp8 baseline's
-                       error + 1e-3); the cpu and reference backends run it, the GPU backends
-                       say why not. Without other flags: the default config in this dtype; on
+                       error + 1e-3); the cpu, reference and sm90 (dense) backends run it, sm80
+                       says why not. Without other flags: the default config in this dtype; on
                        a grid: keep only this dtype
   --causal             bottom-right causal mask; without other flags or on a grid: keep only
                        the causal configs
