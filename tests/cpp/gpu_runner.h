@@ -131,7 +131,8 @@ inline GpuRun run_gpu_case(const testing::ProblemShape& s, Layout layout, float 
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gk.strides);
   args.v = make_strided_tensor(v_base + gv.offset * eb, s.dtype, cuda,
                                {s.batch, s.seqlen_k, s.heads_kv, s.head_dim}, gv.strides);
-  args.out = make_tensor(d_out.data(), out_dtype, cuda, {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
+  args.out =
+      make_tensor(d_out.data(), out_dtype, cuda, {s.batch, s.seqlen_q, s.heads_q, s.head_dim});
   auto descale = [&](int i) -> std::optional<TensorView> {
     if (!d_descales[i]) return std::nullopt;
     return make_tensor(d_descales[i]->data(), DType::kFloat32, cuda, {s.batch, s.heads_kv});

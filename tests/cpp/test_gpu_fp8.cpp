@@ -124,8 +124,8 @@ TEST(GpuSm90Fp8Descales, FactorsPerBatchAndKvHead) {
           in.v_descale[i] *= v_factors[i % 4];
         }
       };
-      const GpuRun run =
-          run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows, nullptr, 99, adjust);
+      const GpuRun run = run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows,
+                                      nullptr, /*seed=*/99, adjust);
       std::printf("[sm90 fp8] %s descales x factors: %s\n", s.describe().c_str(),
                   run.report.summary().c_str());
       EXPECT_EQ(run.ran, Backend::kSM90);

@@ -84,7 +84,9 @@ __device__ __forceinline__ void accumulator_to_a_fragments(const float (&acc)[kA
 #pragma unroll
     for (int k = 0; k < kSteps; ++k) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) a[k][r] = pack_pair<kDType>(acc[8 * k + 2 * r], acc[8 * k + 2 * r + 1]);
+      for (int r = 0; r < 4; ++r) {
+        a[k][r] = pack_pair<kDType>(acc[8 * k + 2 * r], acc[8 * k + 2 * r + 1]);
+      }
     }
   }
 }

@@ -191,10 +191,10 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
 }
 
-// The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type). O goes out through its own
-// staging buffer, or a V stage once every consumer has read the V there (persistent CTAs, which
-// hand Q back early), else through the consumer's Q slab; then the Q phase moves on.
-// `state.ring` is already past the tile's last V.
+// The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type). O
+// goes out through its own staging buffer, or a V stage once every consumer has read the V there
+// (persistent CTAs, which hand Q back early), else through the consumer's Q slab, or (FP8 d256)
+// from registers; then the Q phase moves on. `state.ring` is already past the tile's last V.
 template <DType kDType, class Config, class Layout>
 struct Sm90Epilogue {
 template <int kOAccRegs>

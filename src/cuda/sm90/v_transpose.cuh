@@ -57,7 +57,8 @@ __device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t
   constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
   static_assert(kBlockN % 32 == 0 && kHeadDim % 16 == 0, "whole k32 steps and 16-byte chunks");
   static_assert(kSm90TransposerThreads % 32 == 0, "whole warps");
-  const uint32_t lane = static_cast<uint32_t>(thread) % 32, warp = static_cast<uint32_t>(thread) / 32;
+  const uint32_t lane = static_cast<uint32_t>(thread) % 32;
+  const uint32_t warp = static_cast<uint32_t>(thread) / 32;
   const uint32_t lane_keys = lane % 8, lane_dims = lane / 8;
   // Positions 4 lane_keys + e hold keys k, k + 1, k + 8, k + 9 of each 32 (fp8_a_position_key):
   // key k + 8 (e / 2) + e % 2 is row k + ... of V, and as k is even its swizzle (the row modulo 8)
