@@ -15,7 +15,9 @@ Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_b
 0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
 FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage into a V^T stage
 (vt_full / v_raw_empty), the consumers read V^T, and the producer stops the transposer after its
-last V with the stop word; O staged in its own buffer or stored from registers ("regs").
+last V with the stop word; O staged in its own buffer or stored from registers ("regs"). Two FP8
+mutants must fail: a stop that waits for the next stage only, a transposer that does not wait for
+v_empty before overwriting V^T.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -135,9 +137,13 @@ TRANSPOSER_THREADS = 96
 
 
 class Cta:
-    def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False):
+    def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
+                 mutant=None):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
+        # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
+        # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).
+        self.mutant = mutant
         self.vt_full = [MBarrier(f"vt_full{s}", TRANSPOSER_THREADS) for s in range(stages)]
         self.v_raw_empty = [MBarrier(f"v_raw_empty{s}", TRANSPOSER_THREADS)
                             for s in range(stages)]
@@ -222,7 +228,7 @@ class Cta:
             self.q_full.arrive()
         if self.transpose:  # sm90_stop_transposer: every V read, then the stop word
             pos = ring.copy()
-            for _ in range(self.stages):
+            for _ in range(1 if self.mutant == "stop_one_stage" else self.stages):
                 yield lambda s=pos.stage, ph=pos.phase: self.v_raw_empty[s].passed(ph ^ 1)
                 pos.advance()
             self.stop = True
@@ -236,7 +242,8 @@ class Cta:
             yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
             if self.stop:
                 return
-            yield lambda s=s, ph=ring.phase: self.v_empty[s].passed(ph ^ 1)
+            if self.mutant != "no_vt_release_wait":
+                yield lambda s=s, ph=ring.phase: self.v_empty[s].passed(ph ^ 1)
             value = self.smem.content[f"v{s}"]
             self.smem.start_read(f"v{s}", value, "transposer")
             yield lambda: True
@@ -461,6 +468,21 @@ def main():
                 return 1
         fp8 = ", FP8 V transposer" if transpose else ""
         print(f"ok {schedule} ({staging} O staging{fp8}): {runs} random interleavings")
+    # The model must see the FP8 mistakes it is meant to catch.
+    for mutant in ("stop_one_stage", "no_vt_release_wait"):
+        caught = False
+        for i in range(runs):
+            stages = rng.choice([2, 3])
+            tiles = random_tiles(rng, True)
+            try:
+                Cta(tiles, stages, "persistent", random.Random(i), "own", True, mutant).run()
+            except ModelError:
+                caught = True
+                break
+        if not caught:
+            print(f"FAIL the FP8 mutant {mutant} passed {runs} interleavings")
+            return 1
+        print(f"ok FP8 mutant {mutant} caught")
     return 0
 
 

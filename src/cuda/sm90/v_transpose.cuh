@@ -20,6 +20,8 @@
 // 2h (row g) or 2h + 1 (row g + 8)) holds key 16h + 8(e / 2) + 2t + e % 2, which is exactly where
 // the fp32 accumulator keeps it (columns 8i + 2t + {0, 1}, i = 2h + e / 2). V^T's column p holds
 // the same key, so the sum over p is the sum over keys (fp8_a_position_key).
+// dev/sm90/v_transpose_model.py replays the addresses on the host, and dev/sm90/protocol_model.py
+// the barriers: keep both in step.
 #pragma once
 
 #include <cstdint>
