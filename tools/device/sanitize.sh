@@ -4,6 +4,7 @@
 # flashcore-bench; prints one line per (tool, backend, case) and exits 1 on any finding.
 #
 #   BUILD_DIR=build bash tools/device/sanitize.sh [backends...]     # default: sm80 sm90
+#   CASE_FILTER='fp8|seqlen-q 1030' bash tools/device/sanitize.sh sm90   # the matching cases only
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BENCH=${BUILD_DIR:-build}/bench/flashcore-bench
@@ -65,10 +66,21 @@ cases=(
   "--layout paged --page-size 1 --seqlens 70,1,200 --heads-q 16 --heads-kv 2 --head-dim 64"
   "--layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )
+# FP8 (sm90 only: sm80 refuses the dtype): the V transposer and P in e4m3, causal GQA with tails
+# on both sides, and d256 / d64 non-causal over several tiles.
+fp8_cases=(
+  "--dtype fp8 --batch 2 --seqlen-q 100 --seqlen-k 177 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--dtype fp8 --batch 1 --seqlen-q 300 --seqlen-k 300 --heads-q 4 --heads-kv 4 --head-dim 256"
+  "--dtype fp8 --batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 8 --heads-kv 2 --head-dim 64"
+)
 status=0
 for tool in memcheck racecheck synccheck; do
   for backend in "${backends[@]}"; do
-    for case in "${cases[@]}"; do
+    backend_cases=("${cases[@]}")
+    [ "$backend" = sm90 ] && backend_cases+=("${fp8_cases[@]}")
+    for case in "${backend_cases[@]}"; do
+      # CASE_FILTER (an extended regex) keeps the matching cases only.
+      [ -z "${CASE_FILTER:-}" ] || grep -qE -- "$CASE_FILTER" <<<"$case" || continue
       # shellcheck disable=SC2086  # $case is a list of flags
       out=$(timeout 300 "$SANITIZER" --tool "$tool" --error-exitcode 99 "$BENCH" \
               --backend "$backend" $case --iters 1 --warmup 0 --check-rows 32 2>&1)
