@@ -37,7 +37,6 @@
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
-#include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -79,10 +78,6 @@ struct Sm90DecodeSmem {
 };
 
 // K and V of the KV block visited at `step` (last block first) into stage step % kStages.
-// Gathered caches (small pages, paged_gather.cuh): `rows` holds the block's rows, read after the
-// previous block's copies; the next block's are read after these, so the page-table reads are a
-// block ahead of the copies that need them (this warp is also a consumer: a read it waited for
-// here would stall the warpgroup's wgmma).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
                                                     const CUtensorMap* map_k,
@@ -90,22 +85,9 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     const AttentionParams& params,
                                                     const Sm90Tile& tile,
                                                     const KvTileRange& kv_tiles, int step,
-                                                    Sm90GatherRows<Config>& rows, int lane) {
+                                                    int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  if (Layout::template kv_gathered<Config::kBlockN>(params)) {
-    sm90_gather_kv_rows<Config>(smem.k(stage), smem.k_full(stage), params, rows, false, tile.head,
-                                lane);
-    sm90_gather_kv_rows<Config>(smem.v(stage), smem.v_full(stage), params, rows, true, tile.head,
-                                lane);
-    const int seqlen_k = Layout::seqlen_k(params, tile.batch);
-    if (step + 1 < kv_tiles.count()) {
-      rows.read(params, kv_tiles.tile_at(step + 1), tile.batch, seqlen_k, lane);
-    }
-    // The entries of the two blocks after that one into the L2.
-    sm90_prefetch_page_entries<Config>(params, n_block - 1, tile.batch, seqlen_k, lane);
-    return;
-  }
   sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
                                              false, n_block, tile.head, tile.batch, lane);
   sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
@@ -173,15 +155,10 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), params, tile,
                                      slab_row_begin, tile_order.group_shift);
   }
-  Sm90GatherRows<Config> gather_rows;  // gathered caches: the rows of the next block to load
   if (thread < Layout::kProducerLanes) {
-    if (Layout::template kv_gathered<Config::kBlockN>(params) && count > 0) {
-      gather_rows.read(params, kv_tiles.tile_at(0), tile.batch,
-                       Layout::seqlen_k(params, tile.batch), thread);
-    }
     for (int step = 0; step < count && step < Config::kStages; ++step) {
       sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
-                                          gather_rows, thread);
+                                          thread);
     }
   }
 
@@ -218,7 +195,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
       named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree), kSm90DecodeThreads);
       if (thread < Layout::kProducerLanes) {
         sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
-                                            step + Config::kStages, gather_rows, thread);
+                                            step + Config::kStages, thread);
       }
     }
   }
