@@ -99,6 +99,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kDead | sm90_table::kRowless},
     { 128, false,  512,        128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy},
+    // Clusters of two above 2k only: on the H100 they ran 1k / 2k at 0.965 / 0.960 of this row
+    // unclustered and 4k-16k at 1.037-1.039 (docs/kernels.md, run 110).
+    { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless,
        /*cluster_m=*/2},
