@@ -486,7 +486,8 @@ def test_cuda_fp8_dense(case):
     out, lse = flashcore.attention(q, k, v, causal=causal, return_lse=True, **descales)
     torch.cuda.synchronize()
     assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
-    if CASES[case][-1] == 30.0:
+    std = CASES[case][-1]
+    if std == "mixed" or std >= 30.0:  # "mixed": some (batch, kv head)s at std 30
         # Scores in the thousands: e4m3 wgmma accumulates them with errors of about 1, and out
         # misses the float32 baseline's bound by 10-20x, as FA3's FP8 kernel does on the same
         # inputs (dev/fp8/large_inputs_vs_fa3.py). Checked here: every value finite.
