@@ -266,6 +266,16 @@ def retire(pool, running):
     return [r for r in running if len(r.tokens) < r.max_new_tokens]
 
 
+def _cache_argument(output):
+    """The model output's KV cache as the keyword the next call takes: `cache` in the pinned
+    transformers (requirements-torch.txt), `past_key_values` in other releases (the
+    GPU machines' image has one)."""
+    cache = getattr(output, "cache", None)
+    if cache is not None:
+        return {"cache": cache}
+    return {"past_key_values": output.past_key_values}
+
+
 def reference_tokens(model, request, device):
     """Greedy tokens of the HF model on this request alone: its own eager attention and cache."""
     ids = torch.tensor([request.prompt], device=device)
@@ -275,8 +285,8 @@ def reference_tokens(model, request, device):
         tokens.append(int(output.logits[0, -1].argmax()))
         if len(tokens) == request.max_new_tokens:
             return tokens
-        output = model(input_ids=torch.tensor([[tokens[-1]]], device=device),
-                       cache=output.cache, use_cache=True)
+        output = model(input_ids=torch.tensor([[tokens[-1]]], device=device), use_cache=True,
+                       **_cache_argument(output))
 
 
 def near_ties(model, request, tolerance, device):
