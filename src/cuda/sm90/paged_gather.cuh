@@ -1,10 +1,10 @@
 // K/V blocks of a paged cache with small pages, gathered row by row with cp.async.
 //
 // TMA moves a box per instruction, and a box never crosses a page: with pages of a few tokens a
-// 128-key block is hundreds of boxes, and the TMA unit ran those at about 60 cycles each (page 1:
-// 0.48 TB/s on an H200, docs/kernels.md). The producer warp's 32 lanes instead copy the block's
-// rows themselves, 16 bytes per cp.async, into the same 128-byte-swizzled layout TMA writes
-// (16-byte chunk c of row r lands in chunk c ^ (r mod 8) of its row: the tile starts on a
+// 128-key block is hundreds of boxes, each costing the TMA unit tens of cycles (docs/kernels.md,
+// runs 102-110). The producer warp's 32 lanes instead copy the block's rows themselves, 16 bytes
+// per cp.async and a row's chunks on neighbouring lanes, into the 128-byte-swizzled layout TMA
+// writes (16-byte chunk c of row r lands in chunk c ^ (r mod 8) of its row: the tile starts on a
 // 1024-byte swizzle atom), zero-filling keys past the sequence and columns past head_dim. Each
 // lane then arrives on the block's full barrier once its copies land (initialized for 32
 // arrivals in this mode), and the consumers fence the async proxy after their wait, since wgmma
@@ -24,8 +24,6 @@ namespace flashcore::detail {
 
 constexpr int kSm90GatherLanes = 32;  // the producer warp
 
-// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
-// `lane` of the producer warp, then its arrival on `full`.
 // Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
 // (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
 // when their turn comes: every gather waits on its page-table reads before it can copy.
@@ -56,6 +54,8 @@ __device__ __forceinline__ void sm90_prefetch_page_entries(const AttentionParams
   }
 }
 
+// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
+// `lane` of the producer warp, then its arrival on `full`; after K, the prefetch above.
 template <class Config>
 __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* full,
                                                      const AttentionParams& params, bool is_v,
