@@ -17,18 +17,17 @@
 
 namespace flashcore::detail {
 
-template <DType kDType, class Config>
-struct Sm90ConsumerMath {
+// What the 16-bit and FP8 consumer math share: the accumulator sizes and S = Q K^T, whose
+// operands are K-major for every element type.
+template <class Config, class GemmS_>
+struct Sm90ConsumerMathBase {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kSAccRegs = kBlockN / 2;
   static constexpr int kOAccRegs = kHeadDim / 2;
   static constexpr int kWgmmaK = Config::Element::kWgmmaK;
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
-  static_assert(kWgmmaK == 16, "the generated wgmma wrappers are k16 (16-bit inputs)");
-  using GemmS = WgmmaM64K16<kDType, kBlockN>;
-  using GemmO = WgmmaM64K16<kDType, kHeadDim>;
-  static constexpr int kTransposeV = 1;  // V is [keys][head_dim]: MN-major as the B operand
+  using GemmS = GemmS_;
 
   // Issues S = Q K^T (not waited for).
   __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
@@ -41,6 +40,18 @@ struct Sm90ConsumerMath {
     }
     wgmma_commit_group();
   }
+};
+
+template <DType kDType, class Config>
+struct Sm90ConsumerMath
+    : Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>>;
+  using Base::kBlockN;
+  using Base::kOAccRegs;
+  using Base::kPSteps;
+  static_assert(Base::kWgmmaK == 16, "the generated wgmma wrappers are k16 (16-bit inputs)");
+  using GemmO = WgmmaM64K16<kDType, Config::kHeadDim>;
+  static constexpr int kTransposeV = 1;  // V is [keys][head_dim]: MN-major as the B operand
 
   // Issues O += P V (not waited for).
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
@@ -65,27 +76,14 @@ struct Sm90ConsumerMath {
 // softmax scale; P rounded to e4m3 in the permuted key order that V^T is written in
 // (v_transpose.cuh); O += P V^T with B K-major. v_descale multiplies O in the epilogue.
 template <class Config>
-struct Sm90ConsumerMath<DType::kFloat8E4M3, Config> {
-  static constexpr int kHeadDim = Config::kHeadDim;
-  static constexpr int kBlockN = Config::kBlockN;
-  static constexpr int kSAccRegs = kBlockN / 2;
-  static constexpr int kOAccRegs = kHeadDim / 2;
-  static constexpr int kWgmmaK = Config::Element::kWgmmaK;
-  static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
-  static_assert(kWgmmaK == 32, "e4m3 wgmma is k32");
-  using GemmS = WgmmaM64K32E4M3<kBlockN>;
-  using GemmO = WgmmaM64K32E4M3<kHeadDim>;
-
-  __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
-                                                  uint32_t k_tile) {
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kHeadDim / kWgmmaK; ++k) {
-      GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
-                kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
-    }
-    wgmma_commit_group();
-  }
+struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
+    : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
+  using Base::kHeadDim;
+  using Base::kOAccRegs;
+  using Base::kPSteps;
+  static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
+  using GemmO = WgmmaM64K32E4M3<Config::kHeadDim>;
 
   // vt_tile: head_dim rows of BLOCK_N keys, K-major (kmajor_descriptor's 32-byte steps are the
   // k32 steps over the keys).
