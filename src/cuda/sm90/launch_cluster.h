@@ -12,13 +12,12 @@
 
 namespace flashcore::detail {
 
-// Launches `kernel` on `stream` in clusters of `cluster_x` CTAs along x (grid.x a multiple of it)
-// and returns the launch's error.
-template <class... KernelArgs, class... Args>
-cudaError_t sm90_launch_cluster(void (*kernel)(KernelArgs...), unsigned int grid,
-                                unsigned int threads, size_t smem_bytes, cudaStream_t stream,
-                                unsigned int cluster_x, Args&&... args) {
-  cudaLaunchAttribute attribute{};
+// A launch configuration of `grid` CTAs in clusters of `cluster_x` along x; `attribute` holds the
+// cluster dimension and must outlive the configuration.
+inline cudaLaunchConfig_t sm90_cluster_config(cudaLaunchAttribute& attribute, unsigned int grid,
+                                              unsigned int threads, size_t smem_bytes,
+                                              cudaStream_t stream, unsigned int cluster_x) {
+  attribute = cudaLaunchAttribute{};
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = cluster_x;
   attribute.val.clusterDim.y = 1;
@@ -30,6 +29,18 @@ cudaError_t sm90_launch_cluster(void (*kernel)(KernelArgs...), unsigned int grid
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
+  return config;
+}
+
+// Launches `kernel` on `stream` in clusters of `cluster_x` CTAs along x (grid.x a multiple of it)
+// and returns the launch's error.
+template <class... KernelArgs, class... Args>
+cudaError_t sm90_launch_cluster(void (*kernel)(KernelArgs...), unsigned int grid,
+                                unsigned int threads, size_t smem_bytes, cudaStream_t stream,
+                                unsigned int cluster_x, Args&&... args) {
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config =
+      sm90_cluster_config(attribute, grid, threads, smem_bytes, stream, cluster_x);
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
@@ -48,17 +59,9 @@ int sm90_max_active_clusters(unsigned int cluster_x, unsigned int threads, size_
     const int cached = known[device_index].load(std::memory_order_relaxed);
     if (cached != 0) return cached > 0 ? cached : 0;
   }
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster_x;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster_x);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attribute;
+  const cudaLaunchConfig_t config =
+      sm90_cluster_config(attribute, cluster_x, threads, smem_bytes, nullptr, cluster_x);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
     (void)cudaGetLastError();  // not sticky; keep it from reaching the launch's check
