@@ -91,7 +91,7 @@ flashcore::AttentionArgs serving_args(const ServingTensors<Tensor>& t, View view
   return args;
 }
 
-// The scalar arguments of a serving call.
+// The scalar arguments of a serving call, aggregate-initialized in this order by both entries.
 struct ServingOptions {
   int max_seqlen_q = 0, max_seqlen_k = 0;
   std::optional<float> softmax_scale;
@@ -153,14 +153,9 @@ std::string serving_dlpack(nb::handle q, nb::handle k, nb::handle v, nb::handle 
     if (why.empty()) return view_of(inputs.emplace_back(input_array(value, name)), name, slot);
     return view_of(outputs.emplace_back(output_array(value, name, why)), name, slot);
   };
-  ServingOptions options;
-  options.max_seqlen_q = max_seqlen_q;
-  options.max_seqlen_k = max_seqlen_k;
-  options.softmax_scale = softmax_scale;
-  options.causal = causal;
-  options.check_indices = check_indices;
-  options.backend = backend;
-  options.stream = stream;
+  const ServingOptions options{max_seqlen_q,  max_seqlen_k, softmax_scale,
+                               causal,        check_indices, /*device_pointers_verified=*/false,
+                               backend,       stream};
   return run_serving(serving_args(tensors, view), options, allocate_workspace);
 }
 
@@ -186,15 +181,9 @@ std::string serving_raw(const RawTensor& q, const RawTensor& k, const RawTensor&
   const auto view = [](const RawTensor& raw, const char* name, Slot slot, const std::string&) {
     return view_of_raw(raw, name, slot);
   };
-  ServingOptions options;
-  options.max_seqlen_q = max_seqlen_q;
-  options.max_seqlen_k = max_seqlen_k;
-  options.softmax_scale = softmax_scale;
-  options.causal = causal;
-  options.check_indices = check_indices;
-  options.device_pointers_verified = device_pointers_verified;
-  options.backend = backend;
-  options.stream = stream;
+  const ServingOptions options{max_seqlen_q,  max_seqlen_k,  softmax_scale,
+                               causal,        check_indices, device_pointers_verified,
+                               backend,       stream};
   return run_serving(serving_args(tensors, view), options, allocate_workspace);
 }
 
