@@ -259,6 +259,23 @@ def _check_out(out):
         _check_type("out", out)
 
 
+def _flags(causal, return_lse, check_indices, softmax_scale, backend):
+    """The options both serving calls share, checked and normalized."""
+    return (_arrays.flag("causal", causal), _arrays.flag("return_lse", return_lse),
+            _arrays.flag("check_indices", check_indices),
+            _arrays.softmax_scale_value(softmax_scale), _arrays.backend_name(backend))
+
+
+def _run(op, forward, args, q, k, v, plain, out, stream):
+    """The custom op when the call is traceable (no out=, no stream=) and the dispatcher has work
+    (else its implementation, directly), or the eager forward into `out` on `stream`."""
+    if out is None and stream is None:
+        return op(*args) if _dispatcher_has_work(q, k, v, plain) else forward(*args)
+    _check_out(out)
+    stream, record_on = _launch_stream(q, stream)
+    return forward(*args, out=out, stream=stream, record_on=record_on)
+
+
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                      causal=False, softmax_scale=None, seqused_k=None, return_lse=False,
                      out=None, check_indices=False, backend="auto", stream=None, q_descale=None,
@@ -272,28 +289,20 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if not plain:
         _check_types((("q", q), ("k", k), ("v", v)),
                      zip(("cu_seqlens_q", "cu_seqlens_k", "seqused_k"), indices))
-    causal = _arrays.flag("causal", causal)
-    return_lse = _arrays.flag("return_lse", return_lse)
-    check_indices = _arrays.flag("check_indices", check_indices)
-    softmax_scale = _arrays.softmax_scale_value(softmax_scale)
+    causal, return_lse, check_indices, softmax_scale, backend = _flags(
+        causal, return_lse, check_indices, softmax_scale, backend)
     max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = _serving.seqlen_value("max_seqlen_k", max_seqlen_k)
-    backend = _arrays.backend_name(backend)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_k, causal,
             softmax_scale, return_lse, backend, check_indices)
     if not _arrays.no_descales(descales) or out_dtype is not None:
         args += _fp8_args(q, descales, out_dtype, out)
-    if out is None and stream is None:
-        if _dispatcher_has_work(q, k, v, plain):
-            out, lse = torch.ops.flashcore.attention_varlen(*args)
-        else:
-            out, lse = _varlen_forward(*args)
-    else:
-        _check_out(out)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-            raise NotImplementedError(_dense.BACKWARD_MISSING)
-        stream, record_on = _launch_stream(q, stream)
-        out, lse = _varlen_forward(*args, out=out, stream=stream, record_on=record_on)
+    # The op's autograd formula refuses gradients; an eager call (out=, stream=) bypasses it.
+    if (out is not None or stream is not None) and torch.is_grad_enabled() and \
+            any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(_dense.BACKWARD_MISSING)
+    out, lse = _run(torch.ops.flashcore.attention_varlen, _varlen_forward, args, q, k, v, plain,
+                    out, stream)
     return (out, lse) if return_lse else out
 
 
@@ -324,15 +333,12 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
     if not plain:
         _check_types((("q", q), ("k", k_cache), ("v", v_cache), ("k_new", k), ("v_new", v)),
                      zip(("cache_seqlens", "page_table", "cu_seqlens_q"), indices))
-    causal = _arrays.flag("causal", causal)
-    return_lse = _arrays.flag("return_lse", return_lse)
-    check_indices = _arrays.flag("check_indices", check_indices)
-    softmax_scale = _arrays.softmax_scale_value(softmax_scale)
+    causal, return_lse, check_indices, softmax_scale, backend = _flags(
+        causal, return_lse, check_indices, softmax_scale, backend)
     if max_seqlen_q is None:  # total_q bounds every sequence: right, if not the tightest
         max_seqlen_q = q.shape[0] if cu_seqlens_q is not None and q.dim() > 0 else 0
     else:
         max_seqlen_q = _serving.seqlen_value("max_seqlen_q", max_seqlen_q)
-    backend = _arrays.backend_name(backend)
     # The op has no autograd formula (it mutates its cache): refuse here, before any work.
     if torch.is_grad_enabled() and (q.requires_grad or k_cache.requires_grad or
                                     v_cache.requires_grad or (k is not None and k.requires_grad)
@@ -342,13 +348,6 @@ def _attention_with_kvcache(q, k_cache, v_cache, cache_seqlens, page_table, k, v
             causal, softmax_scale, return_lse, backend, check_indices)
     if not _arrays.no_descales(descales) or out_dtype is not None:
         args += _fp8_args(q, descales, out_dtype, out)
-    if out is None and stream is None:
-        if _dispatcher_has_work(q, k_cache, v_cache, plain):
-            out, lse = torch.ops.flashcore.attention_with_kvcache(*args)
-        else:
-            out, lse = _kvcache_forward(*args)
-    else:
-        _check_out(out)
-        stream, record_on = _launch_stream(q, stream)
-        out, lse = _kvcache_forward(*args, out=out, stream=stream, record_on=record_on)
+    out, lse = _run(torch.ops.flashcore.attention_with_kvcache, _kvcache_forward, args, q,
+                    k_cache, v_cache, plain, out, stream)
     return (out, lse) if return_lse else out
