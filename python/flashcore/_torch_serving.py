@@ -41,12 +41,7 @@ def _raw_index(name, tensor):
     _check_type(name, tensor, "(int32) on q's device")
     if tensor.dtype != _INT32:
         raise FlashCoreError(f"{name} must be int32, got {str(tensor.dtype).replace('torch.', '')}")
-    if tensor.is_cuda:
-        device_code, index = _arrays.RAW_CUDA, tensor.get_device()
-    elif tensor.is_cpu:
-        device_code, index = _arrays.RAW_CPU, 0
-    else:
-        raise FlashCoreError(f"{name} is on device {tensor.device}, expected cpu or cuda")
+    device_code, index = _dense._raw_device(name, tensor)
     return (tensor.data_ptr(), _serving.RAW_INT32, device_code, index, tensor.shape,
             tensor.stride())
 

@@ -50,6 +50,15 @@ _UINT8 = torch.uint8
 _current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
+def _raw_device(name, tensor):
+    """(device code, device index) of a tensor for the raw entries: CUDA or the host."""
+    if tensor.is_cuda:
+        return _arrays.RAW_CUDA, tensor.get_device()
+    if tensor.is_cpu:
+        return _arrays.RAW_CPU, 0
+    raise FlashCoreError(f"{name} is on device {tensor.device}, expected cpu or cuda")
+
+
 def _raw(name, tensor, bhsd=False):
     """(data_ptr, dtype, device, index, shape, strides) for _flashcore.attention_forward_raw, in
     BSHD order: a BHSD tensor is described as its transposed view (no view object is built).
@@ -62,12 +71,7 @@ def _raw(name, tensor, bhsd=False):
         raise FlashCoreError(
             f"{name} has dtype {tensor.dtype}, expected torch.float16, torch.bfloat16, "
             "torch.float32 or torch.float8_e4m3fn")
-    if tensor.is_cuda:
-        device_code, index = _arrays.RAW_CUDA, tensor.get_device()
-    elif tensor.is_cpu:
-        device_code, index = _arrays.RAW_CPU, 0
-    else:
-        raise FlashCoreError(f"{name} is on device {tensor.device}, expected cpu or cuda")
+    device_code, index = _raw_device(name, tensor)
     shape, strides = tensor.shape, tensor.stride()
     if bhsd:
         shape = (shape[0], shape[2], shape[1], shape[3])
