@@ -79,13 +79,15 @@ def check_accuracy(name, out, lse, q, k, v, causal=False, softmax_scale=None):
     assert_within_rule(name, out, lse, (ref_out, ref_lse), (base_out, base_lse))
 
 
-def assert_within_rule(name, out, lse, reference, baseline):
+def assert_within_rule(name, out, lse, reference, baseline, out_slack=OUT_SLACK,
+                       lse_slack=LSE_SLACK):
     """The rule itself, on NumPy arrays: max|actual - ref| <= 2 * max|baseline - ref| + slack,
     and no NaN/Inf where the reference is finite. reference and baseline are (out, lse) in
-    float64; lse may be None to check out only. Shared by the NumPy and torch checks."""
-    pairs = [("out", out, reference[0], baseline[0], OUT_SLACK)]
+    float64; lse may be None to check out only. Shared by the NumPy, torch and FP8 checks (the
+    FP8 rule's slacks: fp8_reference.py)."""
+    pairs = [("out", out, reference[0], baseline[0], out_slack)]
     if lse is not None:
-        pairs.append(("lse", lse, reference[1], baseline[1], LSE_SLACK))
+        pairs.append(("lse", lse, reference[1], baseline[1], lse_slack))
     for label, actual, ref, base, slack in pairs:
         actual64 = np.asarray(actual, dtype=np.float32).astype(np.float64)
         bad = ~np.isfinite(actual64) & np.isfinite(ref)

@@ -11,7 +11,7 @@ e4m3fn: 1 sign bit, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is sub
 
 import numpy as np
 
-from attention_reference import _max_error, _visible, attention_reference
+from attention_reference import _visible, assert_within_rule, attention_reference
 
 FP8_OUT_SLACK = 1e-3  # issue 26: absolute slack on out
 LSE_SLACK = 1e-4      # BENCHMARKS.md: absolute slack on lse
@@ -177,22 +177,5 @@ def check_fp8(name, out, lse, inputs, causal=False, softmax_scale=None, out_dtyp
     names the worst element, both values and the shape."""
     reference = fp8_reference(inputs, causal, softmax_scale)
     baseline = fp8_baseline(inputs, causal, softmax_scale, out_dtype)
-    pairs = [("out", out, reference[0], baseline[0], FP8_OUT_SLACK)]
-    if lse is not None:
-        pairs.append(("lse", lse, reference[1], baseline[1], lse_slack))
-    for label, actual, ref, base, slack in pairs:
-        actual64 = np.asarray(actual, dtype=np.float64)
-        bad = ~np.isfinite(actual64) & np.isfinite(ref)
-        assert not bad.any(), (
-            f"{name}: {label} has NaN/Inf at {np.argwhere(bad)[0].tolist()} where the reference "
-            f"is finite (shape {ref.shape})")
-        base_error, _ = _max_error(base, ref)
-        limit = 2 * base_error + slack
-        error, diff = _max_error(actual64, ref)
-        if error > limit:
-            worst = np.unravel_index(np.nanargmax(diff), diff.shape)
-            raise AssertionError(
-                f"{name}: {label} max error {error:.3g} > limit {limit:.3g} (fp8 baseline "
-                f"{base_error:.3g}) at {list(worst)}: got {actual64[worst]!r}, reference "
-                f"{ref[worst]!r}, shape {ref.shape}")
+    assert_within_rule(name, out, lse, reference, baseline, FP8_OUT_SLACK, lse_slack)
     return reference, baseline
