@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device_allocations.h"
 #include "testing/serving_problem.h"
 #include "thrown_message.h"
 
@@ -32,18 +33,15 @@ class DeviceProblem {
   DeviceProblem(ServingProblem& host, int pad) : host_(host), pad_(pad) {
     const testing::ServingBytes bytes = serving_bytes(host.shape(), host.indices());
     const ServingPointers h = host.host_pointers();
-    at_.q = upload(h.q, bytes.q);
-    at_.out = upload(h.out, bytes.q);
-    at_.k = upload(h.k, bytes.k);
-    at_.v = upload(h.v, bytes.k);
-    at_.lse = static_cast<float*>(upload(h.lse, bytes.lse));
-    at_.cu_q = static_cast<int32_t*>(upload_ints(host.cu_seqlens_q()));
-    at_.cu_k = static_cast<int32_t*>(upload_ints(host.cu_seqlens_k()));
-    at_.lengths = static_cast<int32_t*>(upload_ints(host.cache_seqlens()));
+    at_.q = memory_.upload(h.q, bytes.q);
+    at_.out = memory_.upload(h.out, bytes.q);
+    at_.k = memory_.upload(h.k, bytes.k);
+    at_.v = memory_.upload(h.v, bytes.k);
+    at_.lse = static_cast<float*>(memory_.upload(h.lse, bytes.lse));
+    at_.cu_q = memory_.upload_ints(host.cu_seqlens_q());
+    at_.cu_k = memory_.upload_ints(host.cu_seqlens_k());
+    at_.lengths = memory_.upload_ints(host.cache_seqlens());
     upload_page_table();
-  }
-  ~DeviceProblem() {
-    for (void* p : allocations_) cudaFree(p);
   }
 
   AttentionArgs args() {
@@ -65,7 +63,7 @@ class DeviceProblem {
       }
     }
     if (at_.page_table == nullptr) {
-      at_.page_table = static_cast<int32_t*>(allocate(padded.size() * sizeof(int32_t)));
+      at_.page_table = static_cast<int32_t*>(memory_.allocate(padded.size() * sizeof(int32_t)));
     }
     cudaMemcpy(at_.page_table, padded.data(), padded.size() * sizeof(int32_t),
                cudaMemcpyHostToDevice);
@@ -76,25 +74,10 @@ class DeviceProblem {
   }
 
  private:
-  void* allocate(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes < 16 ? 16 : bytes) != cudaSuccess) throw std::bad_alloc();
-    allocations_.push_back(p);
-    return p;
-  }
-  void* upload(const void* data, size_t bytes) {
-    void* p = allocate(bytes);
-    if (bytes > 0) cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice);
-    return p;
-  }
-  void* upload_ints(const std::vector<int32_t>& values) {
-    return upload(values.data(), values.size() * sizeof(int32_t));
-  }
-
   ServingProblem& host_;
   int pad_;
   ServingPointers at_;
-  std::vector<void*> allocations_;
+  DeviceAllocations memory_;
 };
 
 ServingShape paged_decode() {

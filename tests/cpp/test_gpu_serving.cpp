@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "api/kernel_registry.h"
+#include "device_allocations.h"
 #include "testing/serving_problem.h"
 
 namespace flashcore::testing {
@@ -94,27 +95,25 @@ class DeviceProblem {
       : host_(host), backend_(backend) {
     bytes_ = serving_bytes(host.shape(), host.indices());
     const ServingPointers h = host.host_pointers();
-    at_.q = upload(h.q, bytes_.q);
-    at_.out = poisoned(bytes_.q);
-    at_.lse = static_cast<float*>(poisoned(bytes_.lse));
+    at_.q = memory_.upload(h.q, bytes_.q);
+    at_.out = memory_.poisoned(bytes_.q);
+    at_.lse = static_cast<float*>(memory_.poisoned(bytes_.lse));
     if (guard_k) {
       std::vector<uint8_t> image(bytes_.k + 2 * kGuardBytes, kGuardByte);
       std::copy_n(static_cast<const uint8_t*>(h.k), bytes_.k, image.begin() + kGuardBytes);
-      k_guarded_ = static_cast<uint8_t*>(upload(image.data(), image.size()));
+      k_guarded_ = static_cast<uint8_t*>(memory_.upload(image.data(), image.size()));
       at_.k = k_guarded_ + kGuardBytes;
     } else {
-      at_.k = upload(h.k, bytes_.k);
+      at_.k = memory_.upload(h.k, bytes_.k);
     }
-    at_.v = upload(h.v, bytes_.k);
-    at_.k_new = upload(h.k_new, bytes_.k_new);
-    at_.v_new = upload(h.v_new, bytes_.k_new);
-    at_.cu_q = upload_ints(host.cu_seqlens_q());
-    at_.cu_k = upload_ints(host.cu_seqlens_k());
-    at_.lengths = upload_ints(host.cache_seqlens());  // seqused_k too (ServingIndices::lengths)
-    at_.page_table = upload_ints(host.page_table());
-  }
-  ~DeviceProblem() {
-    for (void* p : allocations_) cudaFree(p);
+    at_.v = memory_.upload(h.v, bytes_.k);
+    at_.k_new = memory_.upload(h.k_new, bytes_.k_new);
+    at_.v_new = memory_.upload(h.v_new, bytes_.k_new);
+    at_.cu_q = memory_.upload_ints(host.cu_seqlens_q());
+    at_.cu_k = memory_.upload_ints(host.cu_seqlens_k());
+    // seqused_k too (ServingIndices::lengths).
+    at_.lengths = memory_.upload_ints(host.cache_seqlens());
+    at_.page_table = memory_.upload_ints(host.page_table());
   }
   DeviceProblem(const DeviceProblem&) = delete;
   DeviceProblem& operator=(const DeviceProblem&) = delete;
@@ -143,29 +142,6 @@ class DeviceProblem {
   }
 
  private:
-  void* allocate(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, bytes < 16 ? 16 : bytes) != cudaSuccess) throw std::bad_alloc();
-    allocations_.push_back(p);
-    return p;
-  }
-  void* upload(const void* data, size_t bytes) {
-    void* p = allocate(bytes);
-    if (bytes > 0 && cudaMemcpy(p, data, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
-      throw std::runtime_error("cudaMemcpy to the device failed");
-    }
-    return p;
-  }
-  int32_t* upload_ints(const std::vector<int32_t>& values) {
-    return static_cast<int32_t*>(upload(values.data(), values.size() * sizeof(int32_t)));
-  }
-  void* poisoned(size_t bytes) {  // all bits set: NaN, so an unwritten element fails
-    void* p = allocate(bytes);
-    if (cudaMemset(p, 0xFF, bytes < 16 ? 16 : bytes) != cudaSuccess) {
-      throw std::runtime_error("cudaMemset failed");
-    }
-    return p;
-  }
   static void copy_back(void* host, const void* device, size_t bytes) {
     if (bytes > 0 && cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
       throw std::runtime_error("cudaMemcpy to the host failed");
@@ -177,7 +153,7 @@ class DeviceProblem {
   testing::ServingBytes bytes_;
   ServingPointers at_;
   uint8_t* k_guarded_ = nullptr;
-  std::vector<void*> allocations_;
+  DeviceAllocations memory_;
 };
 
 // Runs `backend` on the call and waits for it. Returns "" when it ran; else why not: a skip
