@@ -17,14 +17,9 @@ namespace {
 using testing::ProblemShape;
 
 constexpr uint8_t kPoisonByte = 0xFF;  // all-ones bits are a NaN in fp16, bf16 and fp32
-constexpr size_t kBufferAlignment = 256;  // cudaMalloc's own alignment, kept for every copy
 
 // Bounds the memory of the rotation for tiny configs (they stay launch-bound anyway).
 constexpr int64_t kMaxInputCopies = 512;
-
-size_t round_up(size_t bytes) {
-  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-}
 
 // Bytes of one copy of each tensor; Size is size_t for allocations, double for the checks of
 // shapes that may not fit any machine (memory_needed).
@@ -58,9 +53,6 @@ DescalePointers host_descales(const testing::HostTensors& inputs) {
 size_t descale_bytes(const ProblemShape& s) {
   return s.dtype == DType::kFloat8E4M3 ? size_t(s.batch) * s.heads_kv * sizeof(float) : 0;
 }
-
-// refusal_reason's made-up tensor addresses start here: non-null and aligned like cudaMalloc's.
-constexpr uintptr_t kMadeUpBaseAddress = kBufferAlignment;
 
 // Contiguous BSHD views of q, k, v, out and the [b, hq, sq] lse at the given addresses.
 AttentionArgs make_args(const ProblemShape& s, Backend backend, Device device, const void* q,
@@ -128,8 +120,8 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
       (cold_bytes + set_bytes - 1) / std::max<int64_t>(set_bytes, 1), 1, kMaxInputCopies));
   record.input_copies = copies;
 
-  const size_t q_stride = round_up(sizes.q), kv_stride = round_up(sizes.kv);
-  const size_t out_stride = round_up(sizes.out), lse_stride = round_up(sizes.lse);
+  const size_t q_stride = align_up(sizes.q), kv_stride = align_up(sizes.kv);
+  const size_t out_stride = align_up(sizes.out), lse_stride = align_up(sizes.lse);
   DeviceBuffer q(q_stride * copies), k(kv_stride * copies), v(kv_stride * copies);
   DeviceBuffer out(out_stride * copies), lse(lse_stride * copies);
   q.upload(0, inputs.q.data(), sizes.q);
@@ -143,7 +135,7 @@ void run_on_gpu(BenchRecord& record, Backend backend, const testing::HostTensors
   out.fill(kPoisonByte);
   lse.fill(kPoisonByte);
   // fp8: one set of descales for every copy (a few bytes, always in cache anyway).
-  const size_t descale_size = descale_bytes(s), descale_stride = round_up(descale_size);
+  const size_t descale_size = descale_bytes(s), descale_stride = align_up(descale_size);
   DeviceBuffer descales(std::max<size_t>(3 * descale_stride, 1));
   DescalePointers descale_at;
   if (descale_size > 0) {
@@ -240,27 +232,17 @@ MemoryNeed memory_needed(const ProblemShape& shape) {
   return need;
 }
 
-std::string refusal_reason(const ProblemShape& shape, Backend backend) {
-  // select_backend validates the call and picks a backend without touching memory, so the views
-  // point at made-up addresses: aligned, non-null and each in a range of its own (in whatever
-  // order the arguments below are evaluated), so none overlaps another.
-  const TensorSizes<size_t> sizes = tensor_sizes(shape);
-  uintptr_t next = kMadeUpBaseAddress;
-  auto place = [&next](size_t bytes) {
-    void* address = reinterpret_cast<void*>(next);
-    next += round_up(std::max<size_t>(bytes, 1));
-    return address;
-  };
-  const Device device = runs_on_gpu(backend) ? Device{DeviceType::kCUDA, 0}
-                                             : Device{DeviceType::kCPU, 0};
-  DescalePointers descales;
-  if (const size_t bytes = descale_bytes(shape); bytes > 0) {
-    descales = {static_cast<float*>(place(bytes)), static_cast<float*>(place(bytes)),
-                static_cast<float*>(place(bytes))};
-  }
-  AttentionArgs args = make_args(shape, backend, device, place(sizes.q), place(sizes.kv),
-                                 place(sizes.kv), place(sizes.out),
-                                 static_cast<float*>(place(sizes.lse)), descales);
+size_t align_up(size_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+void* MadeUpAddresses::place(size_t bytes) {
+  void* address = reinterpret_cast<void*>(next_);
+  next_ += align_up(std::max<size_t>(bytes, 1));
+  return address;
+}
+
+std::string selection_refusal(AttentionArgs args) {
   args.device_pointers_verified = true;  // no driver query for addresses that are not memory
   try {
     select_backend(args);
@@ -270,14 +252,36 @@ std::string refusal_reason(const ProblemShape& shape, Backend backend) {
   }
 }
 
-BenchRecord run_benchmark(const ProblemShape& shape, Backend backend,
-                          const RunSettings& settings) {
+BenchRecord new_record(Backend backend, const RunSettings& settings) {
   BenchRecord record;
-  record.shape = shape;
   record.backend = to_string(backend);
   record.seed = settings.seed;
   record.warmup = settings.warmup;
   record.iters = settings.iters;
+  return record;
+}
+
+std::string refusal_reason(const ProblemShape& shape, Backend backend) {
+  // select_backend validates the call and picks a backend without touching memory.
+  const TensorSizes<size_t> sizes = tensor_sizes(shape);
+  MadeUpAddresses addresses;
+  const auto place = [&addresses](size_t bytes) { return addresses.place(bytes); };
+  const Device device = runs_on_gpu(backend) ? Device{DeviceType::kCUDA, 0}
+                                             : Device{DeviceType::kCPU, 0};
+  DescalePointers descales;
+  if (const size_t bytes = descale_bytes(shape); bytes > 0) {
+    descales = {static_cast<float*>(place(bytes)), static_cast<float*>(place(bytes)),
+                static_cast<float*>(place(bytes))};
+  }
+  return selection_refusal(make_args(shape, backend, device, place(sizes.q), place(sizes.kv),
+                                     place(sizes.kv), place(sizes.out),
+                                     static_cast<float*>(place(sizes.lse)), descales));
+}
+
+BenchRecord run_benchmark(const ProblemShape& shape, Backend backend,
+                          const RunSettings& settings) {
+  BenchRecord record = new_record(backend, settings);
+  record.shape = shape;
   try {
     const bool on_gpu = runs_on_gpu(backend);
     record.device = on_gpu ? gpu_name() : host_device_name();

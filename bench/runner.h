@@ -66,6 +66,26 @@ struct MemoryNeed {
 };
 MemoryNeed memory_needed(const testing::ProblemShape& shape);
 
+// cudaMalloc's own alignment, kept for every buffer and made-up address of the bench.
+constexpr size_t kBufferAlignment = 256;
+size_t align_up(size_t bytes);
+
+// Tensor addresses for a refusal check, which touches no memory: non-null, aligned like
+// cudaMalloc's and each in a range of its own, so no two views overlap.
+class MadeUpAddresses {
+ public:
+  void* place(size_t bytes);
+
+ private:
+  uintptr_t next_ = kBufferAlignment;
+};
+
+// select_backend's message for `args` (views over made-up addresses), or "" when it takes them.
+std::string selection_refusal(AttentionArgs args);
+
+// A record of `backend` carrying the settings' seed, warm-up and iterations.
+BenchRecord new_record(Backend backend, const RunSettings& settings);
+
 // Why attention_forward would refuse `shape` on `backend` before running anything (the library's
 // message), or "" when it would take it. Touches no memory: use it to refuse a config up front.
 // Call it only on shapes whose memory_needed fits the machine (the library sums their bytes).

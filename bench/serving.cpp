@@ -17,12 +17,7 @@ using testing::ServingProblem;
 using testing::ServingShape;
 
 constexpr uint8_t kPoisonByte = 0xFF;     // a NaN in fp16, bf16 and fp32
-constexpr size_t kBufferAlignment = 256;  // cudaMalloc's own alignment
 constexpr uint64_t kPageOrderSeed = 1;    // the paged cache's page order: the same every run
-
-size_t round_up(size_t bytes) {
-  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-}
 
 // The dense fields of a record: the batch and the longest sequences (JSON readers keep working).
 testing::ProblemShape summary_shape(const ServingShape& s) {
@@ -70,7 +65,7 @@ void run_on_gpu(BenchRecord& record, ServingProblem& problem, Backend backend,
   const ServingBytes bytes = serving_bytes(s, ix);
   const ServingPointers host = problem.host_pointers();
   auto upload = [](const void* data, size_t size) {
-    DeviceBuffer buffer(round_up(std::max<size_t>(size, 1)));
+    DeviceBuffer buffer(align_up(std::max<size_t>(size, 1)));
     if (size > 0) buffer.upload(0, data, size);
     return buffer;
   };
@@ -79,8 +74,8 @@ void run_on_gpu(BenchRecord& record, ServingProblem& problem, Backend backend,
   };
   DeviceBuffer q = upload(host.q, bytes.q), k = upload(host.k, bytes.k),
                v = upload(host.v, bytes.k);
-  DeviceBuffer out(round_up(std::max<size_t>(bytes.out, 1))),
-      lse(round_up(std::max<size_t>(bytes.lse, 1)));
+  DeviceBuffer out(align_up(std::max<size_t>(bytes.out, 1))),
+      lse(align_up(std::max<size_t>(bytes.lse, 1)));
   out.fill(kPoisonByte);
   lse.fill(kPoisonByte);
   DeviceBuffer cu_q = ints(ix.cu_q), cu_k = ints(ix.cu_k), lengths = ints(ix.lengths),
@@ -163,12 +158,8 @@ MemoryNeed serving_memory_needed(const ServingShape& s) {
 std::string serving_refusal_reason(const ServingShape& s, Backend backend) {
   ServingIndices ix(s, kPageOrderSeed);
   const ServingBytes bytes = serving_bytes(s, ix);
-  uintptr_t next = kBufferAlignment;
-  auto place = [&next](size_t size) {
-    void* address = reinterpret_cast<void*>(next);
-    next += round_up(std::max<size_t>(size, 1));
-    return address;
-  };
+  MadeUpAddresses addresses;
+  const auto place = [&addresses](size_t bytes) { return addresses.place(bytes); };
   const bool on_gpu = runs_on_gpu(backend);
   ServingPointers at;
   at.q = place(bytes.q), at.out = place(bytes.out), at.k = place(bytes.k), at.v = place(bytes.k);
@@ -188,25 +179,14 @@ std::string serving_refusal_reason(const ServingShape& s, Backend backend) {
     at.page_table = ix.page_table.data();
   }
   const Device device = on_gpu ? Device{DeviceType::kCUDA, 0} : Device{DeviceType::kCPU, 0};
-  AttentionArgs args = serving_args(s, ix, at, device, backend);
-  args.device_pointers_verified = true;  // no driver query for addresses that are not memory
-  try {
-    select_backend(args);
-    return "";
-  } catch (const Error& error) {
-    return error.what();
-  }
+  return selection_refusal(serving_args(s, ix, at, device, backend));
 }
 
 BenchRecord run_serving_benchmark(const ServingShape& shape, Backend backend,
                                   const RunSettings& settings) {
-  BenchRecord record;
+  BenchRecord record = new_record(backend, settings);
   record.shape = summary_shape(shape);
   record.serving = shape;
-  record.backend = to_string(backend);
-  record.seed = settings.seed;
-  record.warmup = settings.warmup;
-  record.iters = settings.iters;
   try {
     const bool on_gpu = runs_on_gpu(backend);
     record.device = on_gpu ? gpu_name() : host_device_name();
