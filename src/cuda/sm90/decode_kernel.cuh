@@ -37,7 +37,6 @@
 #include "cuda/sm90/epilogue.cuh"
 #include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
-#include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/producer.cuh"
 #include "cuda/sm90/scheduler.cuh"
@@ -89,11 +88,6 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  if (Layout::template kv_gathered<Config::kBlockN>(params)) {  // one page-table read for both
-    sm90_gather_kv_pair<Config>(smem.k(stage), smem.k_full(stage), smem.v(stage),
-                                smem.v_full(stage), params, n_block, tile.head, tile.batch, lane);
-    return;
-  }
   sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
                                              false, n_block, tile.head, tile.batch, lane);
   sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,

@@ -54,41 +54,13 @@ __device__ __forceinline__ void sm90_prefetch_page_entries(const AttentionParams
   }
 }
 
-// The rows of one K/V block of a paged cache as the producer warp's lanes hold them: lane l has
-// row l + 32 g's page in page[g] (-1: a row past the block or a key past the sequence, which is
-// zero-filled) and the key's row within that page in page_row[g]. K and V share them, so a
-// caller loading both reads the page table once (the division by page_size included).
+// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
+// `lane` of the producer warp, then its arrival on `full`; after K, the prefetch above.
 template <class Config>
-struct Sm90GatherRows {
-  static constexpr int kGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
-  int page[kGroups];
-  int page_row[kGroups];
-
-  // All of a lane's page-table reads are issued before any is used: they are in flight together.
-  __device__ __forceinline__ Sm90GatherRows(const AttentionParams& params, int n_block,
-                                            int batch, int seqlen_k, int lane) {
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      const int row = g * kSm90GatherLanes + lane;
-      const int key = n_block * Config::kBlockN + row;
-      page[g] = -1;
-      page_row[g] = 0;
-      if (row < Config::kBlockN && key < seqlen_k) {
-        const int64_t slot = batch * params.page_table_stride + key / params.page_size;
-        page[g] = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
-        page_row[g] = key % params.page_size;
-      }
-    }
-  }
-};
-
-// K (or V) of the block whose rows `rows` holds, of kv_head, into `dst`, by lane `lane` of the
-// producer warp, then its arrival on `full`.
-template <class Config>
-__device__ __forceinline__ void sm90_gather_kv_rows(uint8_t* dst, uint64_t* full,
-                                                    const AttentionParams& params,
-                                                    const Sm90GatherRows<Config>& rows, bool is_v,
-                                                    int kv_head, int lane) {
+__device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* full,
+                                                     const AttentionParams& params, bool is_v,
+                                                     int n_block, int kv_head, int batch,
+                                                     int lane) {
   constexpr int kChunkBytes = 16;
   constexpr int kChunksPerSwizzleRow = kSwizzleBytes / kChunkBytes;
   constexpr int kChunksPerRow = Config::kColumnBlocks * kChunksPerSwizzleRow;
@@ -96,34 +68,46 @@ __device__ __forceinline__ void sm90_gather_kv_rows(uint8_t* dst, uint64_t* full
   constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
   // A row's chunks go to neighbouring lanes, so one warp-wide copy reads whole rows (d128 bf16:
   // 16 lanes a row, two rows a copy) and every 32-byte sector it touches is used.
-  constexpr int kLanesPerRow =
-      kChunksPerRow < kSm90GatherLanes ? kChunksPerRow : kSm90GatherLanes;
+  constexpr int kLanesPerRow = kChunksPerRow < kSm90GatherLanes ? kChunksPerRow : kSm90GatherLanes;
   constexpr int kRowsPerCopy = kSm90GatherLanes / kLanesPerRow;
   constexpr int kChunksPerLane = kChunksPerRow / kLanesPerRow;
+  constexpr int kPageGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
   static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
 
   const auto* base = static_cast<const uint8_t*>(is_v ? params.v : params.k);
+  const int seqlen_k = params.seqlen_k_of(batch);
   const uint32_t dst_address = smem_u32(dst);
   const int64_t page_stride = is_v ? params.v_batch_stride : params.k_batch_stride;
   const int64_t row_stride = is_v ? params.v_row_stride : params.k_row_stride;
   const int64_t head_offset =
       int64_t(kv_head) * (is_v ? params.v_head_stride : params.k_head_stride);
+  // Each row's source offset first, lane l holding row l + 32 g's in row_offset[g], so the
+  // page-table reads are in flight together and the division by page_size is done once a row;
+  // the copies take them by shuffle, unrolled so the warp issues them back to back. -1: a row
+  // past the block or a key past the sequence, zero-filled.
+  int64_t row_offset[kPageGroups];
+#pragma unroll
+  for (int g = 0; g < kPageGroups; ++g) {
+    const int row = g * kSm90GatherLanes + lane;
+    const int key = n_block * Config::kBlockN + row;
+    row_offset[g] = -1;
+    if (row < Config::kBlockN && key < seqlen_k) {
+      const int64_t slot = batch * params.page_table_stride + key / params.page_size;
+      const int page = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
+      row_offset[g] = page * page_stride + (key % params.page_size) * row_stride + head_offset;
+    }
+  }
   const int row_in_copy = lane / kLanesPerRow;
   const int first_chunk = lane % kLanesPerRow;
-  // The copies take their row's page by shuffle, unrolled by four so the warp issues them back
-  // to back (fully unrolled, the producer's 24-40 registers spill).
 #pragma unroll
-  for (int g = 0; g < Sm90GatherRows<Config>::kGroups; ++g) {
+  for (int g = 0; g < kPageGroups; ++g) {
 #pragma unroll 4
     for (int group_row = 0; group_row < kSm90GatherLanes; group_row += kRowsPerCopy) {
       const int row = g * kSm90GatherLanes + group_row + row_in_copy;
       if (g * kSm90GatherLanes + group_row < Config::kBlockN) {  // the same on every lane
-        const int page = __shfl_sync(0xffffffffu, rows.page[g], group_row + row_in_copy);
-        const int page_row = __shfl_sync(0xffffffffu, rows.page_row[g], group_row + row_in_copy);
-        const bool key_valid = page >= 0;
-        const int64_t offset =
-            key_valid ? page * page_stride + page_row * row_stride + head_offset : 0;
-        const uint8_t* src_row = base + offset * Config::kElementBytes;
+        const int64_t offset = __shfl_sync(0xffffffffu, row_offset[g], group_row + row_in_copy);
+        const bool key_valid = offset >= 0;
+        const uint8_t* src_row = base + (key_valid ? offset : 0) * Config::kElementBytes;
         const uint32_t dst_row = dst_address + row * kSwizzleBytes;
 #pragma unroll
         for (int i = 0; i < kChunksPerLane; ++i) {
@@ -139,32 +123,7 @@ __device__ __forceinline__ void sm90_gather_kv_rows(uint8_t* dst, uint64_t* full
     }
   }
   mbarrier_arrive_on_cp_async(full);
-}
-
-// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
-// `lane` of the producer warp, then its arrival on `full`; after K, the prefetch above.
-template <class Config>
-__device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* full,
-                                                     const AttentionParams& params, bool is_v,
-                                                     int n_block, int kv_head, int batch,
-                                                     int lane) {
-  const int seqlen_k = params.seqlen_k_of(batch);
-  const Sm90GatherRows<Config> rows(params, n_block, batch, seqlen_k, lane);
-  sm90_gather_kv_rows<Config>(dst, full, params, rows, is_v, kv_head, lane);
   if (!is_v) sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
-}
-
-// K and V of one block (the decode kernel loads both at once) from one read of its rows.
-template <class Config>
-__device__ __forceinline__ void sm90_gather_kv_pair(uint8_t* k_dst, uint64_t* k_full,
-                                                    uint8_t* v_dst, uint64_t* v_full,
-                                                    const AttentionParams& params, int n_block,
-                                                    int kv_head, int batch, int lane) {
-  const int seqlen_k = params.seqlen_k_of(batch);
-  const Sm90GatherRows<Config> rows(params, n_block, batch, seqlen_k, lane);
-  sm90_gather_kv_rows<Config>(k_dst, k_full, params, rows, false, kv_head, lane);
-  sm90_gather_kv_rows<Config>(v_dst, v_full, params, rows, true, kv_head, lane);
-  sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
 }
 
 // After a consumer's wait on a K/V full barrier: gathered blocks were written through the
