@@ -141,14 +141,16 @@ void check_device_pointers(const AttentionArgs& args) {
 // that run beside FlashCore's, as NCCL's in ring attention, get that many SMs that no persistent
 // CTA holds; without the margin they wait for a persistent kernel's end.
 int schedulable_sms(int device_sms) {
+  // Past any GPU's SM count (an H100 has 132); a larger value is a typo, not a margin.
+  constexpr long kMaxSmMargin = 1024;
   static const int margin = [] {
     const char* env = std::getenv("FLASHCORE_SM_MARGIN");
     if (env == nullptr || *env == '\0') return 0;
     char* end = nullptr;
     const long value = std::strtol(env, &end, 10);
-    if (*end != '\0' || value < 0 || value > 1024) {
-      fail(std::string("FLASHCORE_SM_MARGIN must be a count of SMs from 0 to 1024, got '") + env +
-           "'");
+    if (*end != '\0' || value < 0 || value > kMaxSmMargin) {
+      fail("FLASHCORE_SM_MARGIN must be a count of SMs from 0 to " +
+           std::to_string(kMaxSmMargin) + ", got '" + env + "'");
     }
     return static_cast<int>(value);
   }();

@@ -35,7 +35,8 @@ template <class Config>
 __device__ __forceinline__ void sm90_prefetch_page_entries(const AttentionParams& params,
                                                            int n_block, int batch, int seqlen_k,
                                                            int lane) {
-  constexpr int kEntriesPerLine = 128 / sizeof(int);
+  constexpr int kL2LineBytes = 128;  // what one prefetch.global.L2 brings in
+  constexpr int kEntriesPerLine = kL2LineBytes / sizeof(int);
   const int* row = params.page_table + batch * params.page_table_stride;
 #pragma unroll
   for (int ahead = 1; ahead <= kSm90PageTablePrefetchBlocks; ++ahead) {
