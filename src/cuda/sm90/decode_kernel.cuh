@@ -1,15 +1,18 @@
 // The Hopper kernel for packed calls (decode) whose tiles hold at most 64 query rows and need
-// no more CTAs than SMs: one warpgroup of 128 threads per tile and KV split
-// (sm90_kv_split_plan), which issues its own TMA loads.
+// no more CTAs than SMs: one consumer warpgroup of 128 threads per tile and KV split
+// (sm90_kv_split_plan), which loads its own K/V.
 //
-//   thread 0: barrier init                 all 128 threads
-//   (wait for the kernel before: PDL)
-//   thread 0: TMA Q, K / V of the first    wait q_full
-//             kStages KV blocks            for each KV block (last first): wait k_full; S = Q K^T;
-//                                            mask; softmax; rescale O; wait v_full; O += P V;
-//             TMA K / V of block j + kStages  <- stage free (named barrier)
-//                                          epilogue: a split's partial O and lse to the
-//                                            workspace, or out and lse
+//   Dense layout (one TMA box a block):     Serving layouts (Sm90DecodeRoles: a producer warp):
+//   thread 0: barrier init                  thread 0: barrier init
+//   (wait for the kernel before: PDL)       (wait for the kernel before: PDL)
+//   thread 0: Q, K / V of the first         producer warp: Q; for each KV block (last first):
+//     kStages KV blocks                       wait stage_empty (from the kStages-th block on),
+//   consumers, for each KV block (last        K / V boxes or gathered rows into the stage
+//   first): wait k_full; S = Q K^T; mask;   consumers: the same loop, then arrive on
+//   softmax; rescale O; wait v_full;          stage_empty
+//   O += P V; stage free (named barrier),
+//   thread 0 loads block j + kStages
+//   epilogue: a split's partial O and lse to the workspace, or out and lse
 //
 // Why a kernel of its own: the general kernel (kernel.cuh) is built for long tiles (a producer
 // warpgroup, two consumers taking turns, a persistent tile loop with its hand-offs, O staged for a
@@ -28,6 +31,7 @@
 #include "cuda/common/accumulator_layout.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/ptx/cp_async.cuh"
 #include "cuda/ptx/grid_dependency.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -46,13 +50,25 @@
 
 namespace flashcore::detail {
 
-constexpr int kSm90DecodeThreads = 128;  // one warpgroup: the wgmma M of 64 rows
+constexpr int kSm90DecodeThreads = 128;  // the consumer warpgroup: the wgmma M of 64 rows
+
+// Who loads K/V. A layout whose blocks may take many loads (Layout::kProducerLanes > 1: a paged
+// block is up to kBlockN boxes or gathered rows, each after a page-table read) gets a producer
+// warp after the warpgroup, which runs up to kStages blocks ahead and waits only on a stage's
+// release, so neither the page-table reads nor the copies' issue stall the GEMMs. A dense block
+// is one TMA box: thread 0 issues it between its own GEMMs, and no warp is added.
+template <class Layout>
+struct Sm90DecodeRoles {
+  static constexpr bool kProducerWarp = Layout::kProducerLanes > 1;
+  static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarp ? 32 : 0);
+};
 
 // Dynamic shared memory of the decode kernel: [Q slab][K stages][V stages][barriers], each tile
-// on a 1024-byte swizzle atom.
+// on a 1024-byte swizzle atom. stage_empty is the producer warp's (Sm90DecodeRoles).
 template <class Config>
 struct Sm90DecodeSmem {
-  static constexpr int kBarriers = 1 + 2 * Config::kStages;  // q_full, k_full[s], v_full[s]
+  // q_full, k_full[s], v_full[s], stage_empty[s]
+  static constexpr int kBarriers = 1 + 3 * Config::kStages;
   static constexpr int kBytes = Config::kQSlabBytes + 2 * Config::kStages * Config::kKVTileBytes +
                                 8 * kBarriers + Config::kAlignmentSlack;
   static_assert(kBytes <= Config::kMaxSmemBytes, "decode tile does not fit shared memory");
@@ -74,6 +90,10 @@ struct Sm90DecodeSmem {
   __device__ __forceinline__ uint64_t* k_full(int stage) const { return q_full() + 1 + stage; }
   __device__ __forceinline__ uint64_t* v_full(int stage) const {
     return q_full() + 1 + Config::kStages + stage;
+  }
+  // Completed when every consumer thread's GEMMs on the stage's K and V are done.
+  __device__ __forceinline__ uint64_t* stage_empty(int stage) const {
+    return q_full() + 1 + 2 * Config::kStages + stage;
   }
 };
 
@@ -114,7 +134,7 @@ __device__ __forceinline__ void sm90_decode_write_out(const float (&o)[kOAccRegs
 // writes out itself. Two kernels, so that the split one carries no unsplit epilogue: with it,
 // batch-1 decode ran slower (more registers: docs/kernels.md).
 template <class Config, class Layout, bool kCausal, bool kWritesSplits>
-__global__ void __launch_bounds__(kSm90DecodeThreads, 1)
+__global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     sm90_decode_kernel(const __grid_constant__ CUtensorMap map_q,
                        const __grid_constant__ CUtensorMap map_k,
                        const __grid_constant__ CUtensorMap map_v,
@@ -123,6 +143,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   static_assert(Config::kPacksGroups, "the decode kernel runs packed tiles");
   constexpr DType kDType = Config::kDType;
   using Math = Sm90ConsumerMath<kDType, Config>;
+  constexpr bool kProducerWarp = Sm90DecodeRoles<Layout>::kProducerWarp;
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90DecodeSmem<Config> smem(dynamic_smem);
   const int thread = threadIdx.x;
@@ -133,6 +154,7 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     for (int stage = 0; stage < Config::kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
       mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
+      if (kProducerWarp) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
     }
     mbarrier_init_fence();
   }
@@ -149,13 +171,27 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
-  // Thread 0 loads Q; the layout's producer lanes (thread 0, or warp 0) load K and V.
-  if (thread == 0) {
+  // Q by thread 0 of the loading warp: the producer warp, or else the consumers' first.
+  const int producer_thread = kProducerWarp ? thread - kSm90DecodeThreads : thread;
+  if (producer_thread == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
     sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), params, tile,
                                      slab_row_begin, tile_order.group_shift);
   }
-  if (thread < Layout::kProducerLanes) {
+  if constexpr (kProducerWarp) {
+    if (producer_thread >= 0) {  // every block in turn, each into a stage the consumers released
+      for (int step = 0; step < count; ++step) {
+        if (step >= Config::kStages) {
+          mbarrier_wait_parity(smem.stage_empty(step % Config::kStages),
+                               ((step / Config::kStages) - 1) & 1);
+        }
+        sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
+                                            producer_thread);
+      }
+      cp_async_wait_all();  // a gather's copies land before their thread exits
+      return;
+    }
+  } else if (thread < Layout::kProducerLanes) {  // the first stages; the rest in the loop
     for (int step = 0; step < count && step < Config::kStages; ++step) {
       sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
                                           thread);
@@ -192,10 +228,15 @@ __global__ void __launch_bounds__(kSm90DecodeThreads, 1)
     wgmma_wait_group<0>();
     fence_accumulators(o);
     if (step + Config::kStages < count) {  // this stage takes the block kStages further on
-      named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree), kSm90DecodeThreads);
-      if (thread < Layout::kProducerLanes) {
-        sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
-                                            step + Config::kStages, thread);
+      if constexpr (kProducerWarp) {
+        mbarrier_arrive(smem.stage_empty(stage));
+      } else {
+        named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree),
+                           kSm90DecodeThreads);
+        if (thread < Layout::kProducerLanes) {
+          sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
+                                              step + Config::kStages, thread);
+        }
       }
     }
   }

@@ -82,8 +82,9 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
   constexpr int kSmemBytes = Sm90DecodeSmem<Config>::kBytes;
   raise_dynamic_smem_limit_once<kernel>(kSmemBytes, params.device_index);
   FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(num_tiles),
-                                             kSm90DecodeThreads, kSmemBytes, params.stream,
-                                             map_q, map_k, map_v, params, kv_split));
+                                             Sm90DecodeRoles<Layout>::kThreads, kSmemBytes,
+                                             params.stream, map_q, map_k, map_v, params,
+                                             kv_split));
 }
 
 // The kernel of an explicit tile configuration (tuning sweeps in dev/ pass rows of their own).
