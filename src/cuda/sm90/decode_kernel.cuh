@@ -1,11 +1,11 @@
 // The Hopper kernel for packed calls (decode) whose tiles hold at most 64 query rows and need
-// no more CTAs than SMs: one consumer warpgroup of 128 threads per tile and KV split
-// (sm90_kv_split_plan), which loads its own K/V.
+// no more CTAs than SMs, or read a gathered cache (launch.cuh): one consumer warpgroup of 128
+// threads per tile and KV split (sm90_kv_split_plan), which loads its own K/V.
 //
-//   Dense layout (one TMA box a block):     Serving layouts (Sm90DecodeRoles: a producer warp):
+//   Dense layout (one TMA box a block):     Serving layouts (Sm90DecodeRoles: producer warps):
 //   thread 0: barrier init                  thread 0: barrier init
 //   (wait for the kernel before: PDL)       (wait for the kernel before: PDL)
-//   thread 0: Q, K / V of the first         producer warp: Q; for each KV block (last first):
+//   thread 0: Q, K / V of the first         producer warps: Q; for each KV block (last first):
 //     kStages KV blocks                       wait stage_empty (from the kStages-th block on),
 //   consumers, for each KV block (last        K / V boxes or gathered rows into the stage
 //   first): wait k_full; S = Q K^T; mask;   consumers: the same loop, then arrive on
@@ -53,18 +53,34 @@ namespace flashcore::detail {
 constexpr int kSm90DecodeThreads = 128;  // the consumer warpgroup: the wgmma M of 64 rows
 
 // Who loads K/V. A layout whose blocks may take many loads (Layout::kProducerLanes > 1: a paged
-// block is up to kBlockN boxes or gathered rows, each after a page-table read) gets a producer
-// warp after the warpgroup, which runs up to kStages blocks ahead and waits only on a stage's
-// release, so neither the page-table reads nor the copies' issue stall the GEMMs. A dense block
-// is one TMA box: thread 0 issues it between its own GEMMs, and no warp is added.
+// block is up to kBlockN boxes, or gathered rows each after a page-table read) gets a producer
+// warpgroup after the consumers, which runs up to kStages blocks ahead and waits only on a
+// stage's release, so neither the page-table reads nor the copies' issue stall the GEMMs. Its
+// warp 0 issues TMA boxes; gathered blocks (paged_gather.cuh) take all four warps, whose copies
+// are issue-bound in one warp. A dense block is one TMA box: thread 0 issues it between its own
+// GEMMs, and no warp is added.
 template <class Layout>
 struct Sm90DecodeRoles {
-  static constexpr bool kProducerWarp = Layout::kProducerLanes > 1;
-  static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarp ? 32 : 0);
+  static constexpr bool kProducerWarps = Layout::kProducerLanes > 1;
+  static constexpr int kGatherThreads = 128;
+  static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarps ? kGatherThreads : 0);
+
+  // Arrivals that complete a K/V full barrier: the arming thread's, or every gathering thread's.
+  template <int kBlockN>
+  __device__ static uint32_t kv_full_arrivals(const AttentionParams& params) {
+    return Layout::template kv_gathered<kBlockN>(params) && kProducerWarps ? kGatherThreads : 1;
+  }
+  // Whether producer thread `thread` takes part in loading a block: every gathering thread, or
+  // the layout's box lanes.
+  template <int kBlockN>
+  __device__ static bool loads_kv(const AttentionParams& params, int thread) {
+    return thread < Layout::kProducerLanes ||
+           (kProducerWarps && Layout::template kv_gathered<kBlockN>(params));
+  }
 };
 
 // Dynamic shared memory of the decode kernel: [Q slab][K stages][V stages][barriers], each tile
-// on a 1024-byte swizzle atom. stage_empty is the producer warp's (Sm90DecodeRoles).
+// on a 1024-byte swizzle atom. stage_empty is the producer warpgroup's (Sm90DecodeRoles).
 template <class Config>
 struct Sm90DecodeSmem {
   // q_full, k_full[s], v_full[s], stage_empty[s]
@@ -97,7 +113,8 @@ struct Sm90DecodeSmem {
   }
 };
 
-// K and V of the KV block visited at `step` (last block first) into stage step % kStages.
+// K and V of the KV block visited at `step` (last block first) into stage step % kStages, by
+// producer thread `lane` (Sm90DecodeRoles::loads_kv).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
                                                     const CUtensorMap* map_k,
@@ -108,10 +125,11 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
-                                             false, n_block, tile.head, tile.batch, lane);
-  sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
-                                             true, n_block, tile.head, tile.batch, lane);
+  constexpr int kGatherThreads = Sm90DecodeRoles<Layout>::kGatherThreads;
+  sm90_arm_and_load_kv_block<Config, Layout, kGatherThreads>(
+      smem.k(stage), map_k, smem.k_full(stage), params, false, n_block, tile.head, tile.batch, lane);
+  sm90_arm_and_load_kv_block<Config, Layout, kGatherThreads>(
+      smem.v(stage), map_v, smem.v_full(stage), params, true, n_block, tile.head, tile.batch, lane);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse.
@@ -143,7 +161,8 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   static_assert(Config::kPacksGroups, "the decode kernel runs packed tiles");
   constexpr DType kDType = Config::kDType;
   using Math = Sm90ConsumerMath<kDType, Config>;
-  constexpr bool kProducerWarp = Sm90DecodeRoles<Layout>::kProducerWarp;
+  using Roles = Sm90DecodeRoles<Layout>;
+  constexpr bool kProducerWarps = Roles::kProducerWarps;
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90DecodeSmem<Config> smem(dynamic_smem);
   const int thread = threadIdx.x;
@@ -152,9 +171,9 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     mbarrier_init(smem.q_full(), 1);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
-      mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
-      if (kProducerWarp) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
+      mbarrier_init(smem.k_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
+      mbarrier_init(smem.v_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
+      if (kProducerWarps) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
     }
     mbarrier_init_fence();
   }
@@ -171,15 +190,16 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
   const int slab_row_begin = sm90_slab_row_begin<Config>(tile, slab);
-  // Q by thread 0 of the loading warp: the producer warp, or else the consumers' first.
-  const int producer_thread = kProducerWarp ? thread - kSm90DecodeThreads : thread;
+  // Q by thread 0 of the loading warps: the producer warpgroup's, or else the consumers'.
+  const int producer_thread = kProducerWarps ? thread - kSm90DecodeThreads : thread;
   if (producer_thread == 0) {
     mbarrier_arrive_expect_tx(smem.q_full(), Config::kQSlabBytes);
     sm90_load_q_slab<Config, Layout>(smem.q(), &map_q, smem.q_full(), params, tile,
                                      slab_row_begin, tile_order.group_shift);
   }
-  if constexpr (kProducerWarp) {
+  if constexpr (kProducerWarps) {
     if (producer_thread >= 0) {  // every block in turn, each into a stage the consumers released
+      if (!Roles::template loads_kv<Config::kBlockN>(params, producer_thread)) return;
       for (int step = 0; step < count; ++step) {
         if (step >= Config::kStages) {
           mbarrier_wait_parity(smem.stage_empty(step % Config::kStages),
@@ -228,7 +248,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     wgmma_wait_group<0>();
     fence_accumulators(o);
     if (step + Config::kStages < count) {  // this stage takes the block kStages further on
-      if constexpr (kProducerWarp) {
+      if constexpr (kProducerWarps) {
         mbarrier_arrive(smem.stage_empty(stage));
       } else {
         named_barrier_sync(sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree),

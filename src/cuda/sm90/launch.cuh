@@ -202,9 +202,13 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   if constexpr (Config::kPacksGroups) {
     // Calls whose tiles hold at most one slab of rows and need no more CTAs than SMs (decode:
     // batch-1 split, or up to batch 16 of GQA 4:1 unsplit) run the decode kernel, one warpgroup
-    // per tile and split, on the same tiles, splits and workspace. It claims no tiles, so those
-    // calls zero no tile counters.
-    if (num_tiles <= num_sms &&
+    // per tile and split, on the same tiles, splits and workspace. So do gathered caches (small
+    // pages) of any batch, in waves: their copies need the decode kernel's four producer warps
+    // (the general kernel's producer is one warp of 24-40 registers). It claims no tiles, so
+    // those calls zero no tile counters.
+    const bool decode_grid =
+        num_tiles <= num_sms || Layout::template kv_gathered<Config::kBlockN>(params);
+    if (decode_grid &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
       if (kv_split.splits > 1) {
         launch_sm90_decode<Config, Layout, kCausal, true>(params, map_q, map_k, map_v, kv_split,

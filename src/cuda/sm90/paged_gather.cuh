@@ -55,76 +55,108 @@ __device__ __forceinline__ void sm90_prefetch_page_entries(const AttentionParams
   }
 }
 
-// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by lane
-// `lane` of the producer warp, then its arrival on `full`; after K, the prefetch above.
-template <class Config>
+// Keys `n_block` x kBlockN .. + kBlockN of K (or V) of (batch, kv_head) into `dst`, by thread
+// `thread` of kThreads gathering threads (whole warps), then its arrival on `full` (initialized
+// for kThreads arrivals); after K, warp 0 prefetches the next blocks' page-table entries.
+//
+// The rows come in groups of 32, group g to warp g mod kWarps; lane l computes the address of
+// row l of each of its warp's groups once (a page-table read, int64 arithmetic), and the copies
+// take them by shuffle. A row's 16-byte chunks go to neighbouring lanes, so one warp-wide copy
+// reads whole rows (d128 bf16: 16 lanes a row, two rows a copy) and uses every sector it touches.
+// Unrolled, every destination offset is a constant of the lane and the copy: a copy costs a
+// 64-bit shuffle, a compare and the cp.async (a copy of 25 instructions ran the page-1 decode at
+// 11 us a block: docs/kernels.md, run 113).
+template <class Config, int kThreads>
 __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* full,
                                                      const AttentionParams& params, bool is_v,
                                                      int n_block, int kv_head, int batch,
-                                                     int lane) {
+                                                     int thread) {
+  static_assert(kThreads % kSm90GatherLanes == 0, "the gather runs whole warps");
+  constexpr int kWarps = kThreads / kSm90GatherLanes;
   constexpr int kChunkBytes = 16;
   constexpr int kChunksPerSwizzleRow = kSwizzleBytes / kChunkBytes;
   constexpr int kChunksPerRow = Config::kColumnBlocks * kChunksPerSwizzleRow;
   constexpr int kChunkElements = kChunkBytes / Config::kElementBytes;
   constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
-  // A row's chunks go to neighbouring lanes, so one warp-wide copy reads whole rows (d128 bf16:
-  // 16 lanes a row, two rows a copy) and every 32-byte sector it touches is used.
   constexpr int kLanesPerRow = kChunksPerRow < kSm90GatherLanes ? kChunksPerRow : kSm90GatherLanes;
   constexpr int kRowsPerCopy = kSm90GatherLanes / kLanesPerRow;
   constexpr int kChunksPerLane = kChunksPerRow / kLanesPerRow;
-  constexpr int kPageGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
+  constexpr int kGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
+  constexpr int kGroupsPerWarp = (kGroups + kWarps - 1) / kWarps;
+  // A group's copies, unrolled fully where the gather has registers to spare (the decode
+  // kernel's producer warps); the general kernel's producer warp runs on 24-40 registers, where
+  // full unrolling spilled kilobytes, so it unrolls four.
+  constexpr int kCopiesPerGroup = kSm90GatherLanes / kRowsPerCopy;
+  constexpr int kUnroll = kWarps > 1 ? kCopiesPerGroup : 4;
   static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
+  static_assert(kRowsPerCopy <= 8 && 8 % kRowsPerCopy == 0, "a copy's rows share a swizzle atom");
 
+  const int lane = thread % kSm90GatherLanes;
+  const int warp = kWarps == 1 ? 0 : thread / kSm90GatherLanes;  // one warp: a constant
   const auto* base = static_cast<const uint8_t*>(is_v ? params.v : params.k);
   const int seqlen_k = params.seqlen_k_of(batch);
-  const uint32_t dst_address = smem_u32(dst);
+  const int first_key = n_block * Config::kBlockN;
+  const int rows_in_sequence = seqlen_k - first_key;  // rows past it are zero-filled
   const int64_t page_stride = is_v ? params.v_batch_stride : params.k_batch_stride;
   const int64_t row_stride = is_v ? params.v_row_stride : params.k_row_stride;
   const int64_t head_offset =
       int64_t(kv_head) * (is_v ? params.v_head_stride : params.k_head_stride);
-  // Each row's source offset first, lane l holding row l + 32 g's in row_offset[g], so the
-  // page-table reads are in flight together and the division by page_size is done once a row;
-  // the copies take them by shuffle, unrolled so the warp issues them back to back. -1: a row
-  // past the block or a key past the sequence, zero-filled.
-  int64_t row_offset[kPageGroups];
+  // Lane l's row of each of the warp's groups: its first byte, or `base` past the sequence (read
+  // as zeros, never touched).
+  const uint8_t* row_source[kGroupsPerWarp];
 #pragma unroll
-  for (int g = 0; g < kPageGroups; ++g) {
-    const int row = g * kSm90GatherLanes + lane;
-    const int key = n_block * Config::kBlockN + row;
-    row_offset[g] = -1;
-    if (row < Config::kBlockN && key < seqlen_k) {
+  for (int i = 0; i < kGroupsPerWarp; ++i) {
+    const int row = (warp + i * kWarps) * kSm90GatherLanes + lane;
+    row_source[i] = base;
+    if (row < Config::kBlockN && row < rows_in_sequence) {
+      const int key = first_key + row;
       const int64_t slot = batch * params.page_table_stride + key / params.page_size;
       const int page = AttentionParams::clamp_int(params.page_table[slot], 0, params.num_pages - 1);
-      row_offset[g] = page * page_stride + (key % params.page_size) * row_stride + head_offset;
+      row_source[i] = base + (page * page_stride + (key % params.page_size) * row_stride +
+                              head_offset) * Config::kElementBytes;
     }
   }
+  // This lane's part of every copy: row `row_in_copy` of it, chunks first_chunk + i x kLanesPerRow.
   const int row_in_copy = lane / kLanesPerRow;
   const int first_chunk = lane % kLanesPerRow;
+  // Per chunk of the lane: whether its columns are the call's (a padded head_dim's are
+  // zero-filled), its bytes into the source row (0 when not: every address stays in the tensor),
+  // and its offset in the tile's row before the row's swizzle.
+  bool column_valid[kChunksPerLane];
+  int source_offset[kChunksPerLane];
+  uint32_t chunk_offset[kChunksPerLane];
 #pragma unroll
-  for (int g = 0; g < kPageGroups; ++g) {
-#pragma unroll 4
+  for (int c = 0; c < kChunksPerLane; ++c) {
+    const int chunk = first_chunk + c * kLanesPerRow;
+    column_valid[c] = chunk * kChunkElements < params.head_dim;
+    source_offset[c] = column_valid[c] ? chunk * kChunkBytes : 0;
+    chunk_offset[c] = (chunk / kChunksPerSwizzleRow) * kColumnBlockBytes +
+                      (chunk % kChunksPerSwizzleRow) * kChunkBytes;
+  }
+  const uint32_t dst_lane = smem_u32(dst) + row_in_copy * kSwizzleBytes;
+#pragma unroll
+  for (int i = 0; i < kGroupsPerWarp; ++i) {
+    const int group = warp + i * kWarps;
+    if (group >= kGroups) break;  // the same on every lane of the warp
+#pragma unroll kUnroll
     for (int group_row = 0; group_row < kSm90GatherLanes; group_row += kRowsPerCopy) {
-      const int row = g * kSm90GatherLanes + group_row + row_in_copy;
-      if (g * kSm90GatherLanes + group_row < Config::kBlockN) {  // the same on every lane
-        const int64_t offset = __shfl_sync(0xffffffffu, row_offset[g], group_row + row_in_copy);
-        const bool key_valid = offset >= 0;
-        const uint8_t* src_row = base + (key_valid ? offset : 0) * Config::kElementBytes;
-        const uint32_t dst_row = dst_address + row * kSwizzleBytes;
+      const int copy_row = group * kSm90GatherLanes + group_row;  // the copy's first row
+      if (copy_row >= Config::kBlockN) break;
+      const uint8_t* source = reinterpret_cast<const uint8_t*>(__shfl_sync(
+          0xffffffffu, reinterpret_cast<uintptr_t>(row_source[i]), group_row + row_in_copy));
+      const bool row_valid = copy_row + row_in_copy < rows_in_sequence;
+      // The 128-byte swizzle: chunk c of row r lands in chunk c ^ (r mod 8) of its row; r mod 8
+      // is (copy_row mod 8) + row_in_copy, copy_row a multiple of kRowsPerCopy.
+      const uint32_t swizzle = uint32_t((copy_row % 8 + row_in_copy) % 8) * kChunkBytes;
 #pragma unroll
-        for (int i = 0; i < kChunksPerLane; ++i) {
-          const int chunk = first_chunk + i * kLanesPerRow;
-          const int column = chunk * kChunkElements;
-          const int swizzled = (chunk % kChunksPerSwizzleRow) ^ (row & 7);
-          const bool valid = key_valid && column < params.head_dim;
-          cp_async_16_zfill(dst_row + (chunk / kChunksPerSwizzleRow) * kColumnBlockBytes +
-                                swizzled * kChunkBytes,
-                            valid ? src_row + column * Config::kElementBytes : base, valid);
-        }
+      for (int c = 0; c < kChunksPerLane; ++c) {
+        cp_async_16_zfill(dst_lane + copy_row * kSwizzleBytes + (chunk_offset[c] ^ swizzle),
+                          source + source_offset[c], row_valid && column_valid[c]);
       }
     }
   }
   mbarrier_arrive_on_cp_async(full);
-  if (!is_v) sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
+  if (!is_v && warp == 0) sm90_prefetch_page_entries<Config>(params, n_block, batch, seqlen_k, lane);
 }
 
 // After a consumer's wait on a K/V full barrier: gathered blocks were written through the

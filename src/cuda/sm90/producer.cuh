@@ -84,9 +84,9 @@ __device__ __forceinline__ bool sm90_lead_lane(int lane) {
 
 // Arms `full` for one K/V block (lane 0), then every producer lane issues its boxes of it (the
 // warp's lanes wait for the arming, so no box can complete before the barrier expects it).
-// Gathered blocks (small pages, paged_gather.cuh) skip the arming: each lane's cp.async arrival
-// counts instead.
-template <class Config, class Layout>
+// Gathered blocks (small pages, paged_gather.cuh) skip the arming: the cp.async arrivals of
+// kGatherThreads threads (lane: 0 .. kGatherThreads - 1) count instead.
+template <class Config, class Layout, int kGatherThreads = kSm90GatherLanes>
 __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const CUtensorMap* map,
                                                            uint64_t* full,
                                                            const AttentionParams& params,
@@ -97,7 +97,8 @@ __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const C
     return;
   }
   if (Layout::template kv_gathered<Config::kBlockN>(params)) {
-    sm90_gather_kv_block<Config>(dst, full, params, is_v, n_block, kv_head, batch, lane);
+    sm90_gather_kv_block<Config, kGatherThreads>(dst, full, params, is_v, n_block, kv_head, batch,
+                                                 lane);
     return;
   }
   if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
