@@ -78,6 +78,9 @@ def parse_args(argv):
     p.add_argument("--check-rows", type=int, default=None,
                    help=f"sampled query rows of the check (default 64; 16 above {BIG_SEQLEN})")
     p.add_argument("--no-check", action="store_true", help="skip the correctness check")
+    p.add_argument("--nccl-max-ctas", type=int, default=None, metavar="N",
+                   help="cap NCCL's kernels at N CTAs (ProcessGroupNCCL config max_ctas), so "
+                        "they fit the SMs that FLASHCORE_SM_MARGIN leaves free")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here (rank 0)")
     p.add_argument("--summary", nargs="+", default=None, metavar="JSON",
@@ -103,7 +106,10 @@ def table(reports):
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for report in reports:
         margin = (report.get("env") or {}).get(SM_MARGIN_ENV)
-        world = f"{report['world']}" + (f" (SM margin {margin})" if margin else "")
+        ctas = (report.get("args") or {}).get("nccl_max_ctas")
+        notes = ([f"SM margin {margin}"] if margin else []) + (
+            [f"NCCL max {ctas} CTAs"] if ctas is not None else [])
+        world = f"{report['world']}" + (f" ({', '.join(notes)})" if notes else "")
         for r in report["results"]:
             check = r.get("check") or {}
             status = "-" if not check else ("pass" if check.get("pass") else "FAIL")
@@ -154,7 +160,12 @@ class Harness:
         else:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(
                 os.environ.get("LOCAL_WORLD_SIZE", "1"))))
-        dist.init_process_group("nccl" if self.on_gpu else "gloo")
+        if self.on_gpu and args.nccl_max_ctas is not None:
+            options = dist.ProcessGroupNCCL.Options()
+            options.config.max_ctas = args.nccl_max_ctas
+            dist.init_process_group("nccl", pg_options=options)
+        else:
+            dist.init_process_group("nccl" if self.on_gpu else "gloo")
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.device = (torch.device("cuda", torch.cuda.current_device()) if self.on_gpu
                        else torch.device("cpu"))

@@ -15,7 +15,9 @@
 #   w4_512k   4 GPUs: 512k causal, fewer iterations (the single-GPU run on the whole sequence
 #             takes seconds a call)
 #   w4_margin, w2_margin  the 128k (4 GPUs) or 64k (2 GPUs) rows with FLASHCORE_SM_MARGIN=SM_MARGIN
-#             (default 8): SMs FlashCore's persistent kernels leave to NCCL's
+#             (default 2): SMs FlashCore's persistent kernels leave to NCCL's, whose kernels are
+#             capped at as many CTAs (--nccl-max-ctas; without the cap they take more SMs
+#             than the margin and wait anyway: docs/distributed.md)
 # NVLink multicast stays off on the shared machines: NCCL_NVLS_ENABLE=0 and
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are exported for every launch (the bench sets them too).
 #
@@ -114,12 +116,12 @@ for run in $RUNS; do
     w4) bench w4 4 300 --seqlen 32768 131072 --masks causal,full ;;
     w4_512k) bench w4_512k 4 420 --seqlen 524288 --masks causal --warmup 1 --iters 3 \
       --single-iters 2 ;;
-    # The 128k rows again with SM_MARGIN (default 8) SMs left free of FlashCore's persistent
-    # CTAs for NCCL's kernels (FLASHCORE_SM_MARGIN).
-    w4_margin) FLASHCORE_SM_MARGIN=${SM_MARGIN:-8} bench w4_margin 4 300 --seqlen 131072 \
-      --masks causal,full ;;
-    w2_margin) FLASHCORE_SM_MARGIN=${SM_MARGIN:-8} bench w2_margin 2 300 --seqlen 65536 \
-      --masks causal,full ;;
+    # The 128k rows again with SM_MARGIN (default 2) SMs left free of FlashCore's persistent
+    # CTAs (FLASHCORE_SM_MARGIN) for NCCL's kernels, capped at as many CTAs.
+    w4_margin) FLASHCORE_SM_MARGIN=${SM_MARGIN:-2} bench w4_margin 4 300 --seqlen 131072 \
+      --masks causal,full --nccl-max-ctas "${SM_MARGIN:-2}" ;;
+    w2_margin) FLASHCORE_SM_MARGIN=${SM_MARGIN:-2} bench w2_margin 2 300 --seqlen 65536 \
+      --masks causal,full --nccl-max-ctas "${SM_MARGIN:-2}" ;;
     *) echo "ring.sh: unknown run '$run' (w2, w2_dims, w4, w4_512k, w4_margin, w2_margin)" >&2
       exit 2 ;;
   esac
