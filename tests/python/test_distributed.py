@@ -332,3 +332,34 @@ def test_bench_smoke_run_on_cpu(tmp_path):
                              capture_output=True, text=True, timeout=60)
     assert summary.returncode == 0, summary.stderr
     assert "| 2 | 64 | 4/2 d64 bf16 | causal zigzag | pass |" in summary.stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--nccl-max-ctas", "0"], "--nccl-max-ctas must be at least 1, got 0"),
+    (["--nccl-max-ctas", "2", "--device", "cpu"], "it needs --device cuda, got --device cpu"),
+])
+def test_bench_refuses_a_bad_nccl_cap(flags, message):
+    result = subprocess.run([sys.executable, str(BENCH), *flags], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr
+
+
+def test_bench_summary_names_the_margin_and_the_nccl_cap(tmp_path):
+    """A GPU run's JSON (as ring.sh's margin runs write it) is summarized with both settings."""
+    report = {"device": "NVIDIA H100 80GB HBM3", "world": 4, "commit": "abc1234",
+              "env": {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                      "FLASHCORE_SM_MARGIN": "2"},
+              "args": {"nccl_max_ctas": 2},
+              "results": [{"seqlen": 131072, "heads_q": 32, "heads_kv": 8, "head_dim": 128,
+                           "dtype": "bf16", "causal": True, "layout": "zigzag", "check": None,
+                           "ring_ms": 56.5, "tflops_per_gpu": 622.6,
+                           "single_full_tflops": 642.2, "share_tflops": 679.8,
+                           "efficiency_vs_share": 0.916, "efficiency_vs_full": 0.969,
+                           "comm_ms": 11.6, "comm_GBps": 34.8, "hidden_fraction": 0.77}]}
+    path = tmp_path / "w4.json"
+    path.write_text(json.dumps(report))
+    summary = subprocess.run([sys.executable, str(BENCH), "--summary", str(path)],
+                             capture_output=True, text=True, timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    assert "| 4 (SM margin 2, NCCL max 2 CTAs) | 131072 |" in summary.stdout
