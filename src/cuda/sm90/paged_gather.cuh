@@ -2,13 +2,14 @@
 //
 // TMA moves a box per instruction, and a box never crosses a page: with pages of a few tokens a
 // 128-key block is hundreds of boxes, each costing the TMA unit tens of cycles (docs/kernels.md,
-// runs 102-110). The producer warp's 32 lanes instead copy the block's rows themselves, 16 bytes
-// per cp.async and a row's chunks on neighbouring lanes, into the 128-byte-swizzled layout TMA
-// writes (16-byte chunk c of row r lands in chunk c ^ (r mod 8) of its row: the tile starts on a
-// 1024-byte swizzle atom), zero-filling keys past the sequence and columns past head_dim. Each
-// lane then arrives on the block's full barrier once its copies land (initialized for 32
-// arrivals in this mode), and the consumers fence the async proxy after their wait, since wgmma
-// reads what these generic-proxy writes put there.
+// runs 102-113). The producer's warps (the decode kernel's four, the general kernel's one)
+// instead copy the block's rows themselves, 16 bytes per cp.async and a row's chunks on
+// neighbouring lanes, into the 128-byte-swizzled layout TMA writes (16-byte chunk c of row r
+// lands in chunk c ^ (r mod 8) of its row: the tile starts on a 1024-byte swizzle atom),
+// zero-filling keys past the sequence and columns past head_dim. Each thread then arrives on the
+// block's full barrier once its copies land (initialized for one arrival a gathering thread in
+// this mode), and the consumers fence the async proxy after their wait, since wgmma reads what
+// these generic-proxy writes put there.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@
 
 namespace flashcore::detail {
 
-constexpr int kSm90GatherLanes = 32;  // the producer warp
+constexpr int kSm90GatherLanes = 32;  // a gathering warp; the general kernel's gather is one
 
 // Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
 // (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
