@@ -64,6 +64,22 @@ struct Sm90DecodeRoles {
   static constexpr bool kProducerWarps = Layout::kProducerLanes > 1;
   static constexpr int kGatherThreads = 128;
   static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarps ? kGatherThreads : 0);
+  // K/V stages: the tile configuration's, or with producer warps as many as fit up to
+  // kMaxStages. A gathered block lands a page-table read later than a box would, so the
+  // producer runs a block further ahead to keep as many bytes in flight (docs/kernels.md,
+  // run 115).
+  static constexpr int kMaxStages = 3;
+  template <class Config>
+  static constexpr int stages() {
+    if (!kProducerWarps) return Config::kStages;
+    int stages = kMaxStages;
+    while (stages > Config::kStages && Config::kQSlabBytes + 2 * stages * Config::kKVTileBytes +
+                                               8 * (1 + 3 * stages) + Config::kAlignmentSlack >
+                                           Config::kMaxSmemBytes) {
+      --stages;
+    }
+    return stages;
+  }
 
   // Arrivals that complete a K/V full barrier: the arming thread's, or every gathering thread's.
   template <int kBlockN>
@@ -80,12 +96,13 @@ struct Sm90DecodeRoles {
 };
 
 // Dynamic shared memory of the decode kernel: [Q slab][K stages][V stages][barriers], each tile
-// on a 1024-byte swizzle atom. stage_empty is the producer warpgroup's (Sm90DecodeRoles).
-template <class Config>
+// on a 1024-byte swizzle atom; kStages from Sm90DecodeRoles::stages. stage_empty is the producer
+// warpgroup's (Sm90DecodeRoles).
+template <class Config, int kStages>
 struct Sm90DecodeSmem {
   // q_full, k_full[s], v_full[s], stage_empty[s]
-  static constexpr int kBarriers = 1 + 3 * Config::kStages;
-  static constexpr int kBytes = Config::kQSlabBytes + 2 * Config::kStages * Config::kKVTileBytes +
+  static constexpr int kBarriers = 1 + 3 * kStages;
+  static constexpr int kBytes = Config::kQSlabBytes + 2 * kStages * Config::kKVTileBytes +
                                 8 * kBarriers + Config::kAlignmentSlack;
   static_assert(kBytes <= Config::kMaxSmemBytes, "decode tile does not fit shared memory");
 
@@ -98,32 +115,32 @@ struct Sm90DecodeSmem {
     return base + Config::kQSlabBytes + stage * Config::kKVTileBytes;
   }
   __device__ __forceinline__ uint8_t* v(int stage) const {
-    return k(Config::kStages + stage);
+    return k(kStages + stage);
   }
   __device__ __forceinline__ uint64_t* q_full() const {
-    return reinterpret_cast<uint64_t*>(k(2 * Config::kStages));
+    return reinterpret_cast<uint64_t*>(k(2 * kStages));
   }
   __device__ __forceinline__ uint64_t* k_full(int stage) const { return q_full() + 1 + stage; }
   __device__ __forceinline__ uint64_t* v_full(int stage) const {
-    return q_full() + 1 + Config::kStages + stage;
+    return q_full() + 1 + kStages + stage;
   }
   // Completed when every consumer thread's GEMMs on the stage's K and V are done.
   __device__ __forceinline__ uint64_t* stage_empty(int stage) const {
-    return q_full() + 1 + 2 * Config::kStages + stage;
+    return q_full() + 1 + 2 * kStages + stage;
   }
 };
 
 // K and V of the KV block visited at `step` (last block first) into stage step % kStages, by
 // producer thread `lane` (Sm90DecodeRoles::loads_kv).
-template <class Config, class Layout>
-__device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>& smem,
+template <class Config, class Layout, int kStages>
+__device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config, kStages>& smem,
                                                     const CUtensorMap* map_k,
                                                     const CUtensorMap* map_v,
                                                     const AttentionParams& params,
                                                     const Sm90Tile& tile,
                                                     const KvTileRange& kv_tiles, int step,
                                                     int lane) {
-  const int stage = step % Config::kStages;
+  const int stage = step % kStages;
   const int n_block = kv_tiles.tile_at(step);
   constexpr int kGatherThreads = Sm90DecodeRoles<Layout>::kGatherThreads;
   sm90_arm_and_load_kv_block<Config, Layout, kGatherThreads>(
@@ -163,14 +180,15 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   using Math = Sm90ConsumerMath<kDType, Config>;
   using Roles = Sm90DecodeRoles<Layout>;
   constexpr bool kProducerWarps = Roles::kProducerWarps;
+  constexpr int kStages = Roles::template stages<Config>();
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
-  const Sm90DecodeSmem<Config> smem(dynamic_smem);
+  const Sm90DecodeSmem<Config, kStages> smem(dynamic_smem);
   const int thread = threadIdx.x;
 
   if (thread == 0) {
     mbarrier_init(smem.q_full(), 1);
 #pragma unroll
-    for (int stage = 0; stage < Config::kStages; ++stage) {
+    for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(smem.k_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
       mbarrier_init(smem.v_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
       if (kProducerWarps) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
@@ -201,9 +219,9 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     if (producer_thread >= 0) {  // every block in turn, each into a stage the consumers released
       if (!Roles::template loads_kv<Config::kBlockN>(params, producer_thread)) return;
       for (int step = 0; step < count; ++step) {
-        if (step >= Config::kStages) {
-          mbarrier_wait_parity(smem.stage_empty(step % Config::kStages),
-                               ((step / Config::kStages) - 1) & 1);
+        if (step >= kStages) {
+          mbarrier_wait_parity(smem.stage_empty(step % kStages),
+                               ((step / kStages) - 1) & 1);
         }
         sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
                                             producer_thread);
@@ -212,7 +230,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
       return;
     }
   } else if (thread < Layout::kProducerLanes) {  // the first stages; the rest in the loop
-    for (int step = 0; step < count && step < Config::kStages; ++step) {
+    for (int step = 0; step < count && step < kStages; ++step) {
       sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,
                                           thread);
     }
@@ -226,8 +244,8 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   const uint32_t q_slab = smem_u32(smem.q());
   mbarrier_wait_parity(smem.q_full(), 0);
   for (int step = 0; step < count; ++step) {
-    const int stage = step % Config::kStages;
-    const uint32_t phase = (step / Config::kStages) & 1;
+    const int stage = step % kStages;
+    const uint32_t phase = (step / kStages) & 1;
     const int n_block = kv_tiles.tile_at(step);
     float s[Math::kSAccRegs];
     mbarrier_wait_parity(smem.k_full(stage), phase);
@@ -247,7 +265,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     Math::issue_pv(o, p, smem_u32(smem.v(stage)));
     wgmma_wait_group<0>();
     fence_accumulators(o);
-    if (step + Config::kStages < count) {  // this stage takes the block kStages further on
+    if (step + kStages < count) {  // this stage takes the block kStages further on
       if constexpr (kProducerWarps) {
         mbarrier_arrive(smem.stage_empty(stage));
       } else {
@@ -255,7 +273,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
                            kSm90DecodeThreads);
         if (thread < Layout::kProducerLanes) {
           sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles,
-                                              step + Config::kStages, thread);
+                                              step + kStages, thread);
         }
       }
     }

@@ -79,7 +79,8 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                         const CUtensorMap& map_k, const CUtensorMap& map_v,
                         const Sm90KvSplit& kv_split, int64_t num_tiles) {
   constexpr auto kernel = sm90_decode_kernel<Config, Layout, kCausal, kWritesSplits>;
-  constexpr int kSmemBytes = Sm90DecodeSmem<Config>::kBytes;
+  constexpr int kSmemBytes =
+      Sm90DecodeSmem<Config, Sm90DecodeRoles<Layout>::template stages<Config>()>::kBytes;
   raise_dynamic_smem_limit_once<kernel>(kSmemBytes, params.device_index);
   FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(num_tiles),
                                              Sm90DecodeRoles<Layout>::kThreads, kSmemBytes,
