@@ -335,6 +335,18 @@ TEST_P(GpuServingBackend, PagedDecodeBatch64) {
   run_and_check(GetParam(), s, 8);
 }
 
+// Page-1 decode with more tiles (64 sequences x 4 KV heads) than an H100 or H200 has SMs: the
+// sm90 decode kernel's persistent CTAs take two tiles each, the K/V ring and Q running on from
+// one tile into the next; lengths from 1 key to 700, so blocks end mid-block and tiles differ in
+// length. Every 4th sequence checked.
+TEST_P(GpuServingBackend, PagedDecodePage1MoreTilesThanSms) {
+  std::vector<int> q(64, 1), k(64);
+  for (int b = 0; b < 64; ++b) k[b] = 1 + (b * 97) % 700;
+  ServingShape s = make_shape(KvLayout::kPaged, q, k, 16, 4, 128, DType::kBFloat16, true);
+  s.packed_q = false, s.page_size = 1, s.append = true, s.seqlen_new = 1;
+  run_and_check(GetParam(), s, 4);
+}
+
 // Index values that are wrong (pages past the cache both ways, cache_seqlens past the capacity
 // and negative, decreasing cu_seqlens) give wrong answers but no access outside the tensors: the
 // call completes and the guard bytes around the k cache are untouched (run it under memcheck to
