@@ -336,9 +336,9 @@ TEST_P(GpuServingBackend, PagedDecodeBatch64) {
 }
 
 // Page-1 decode with more tiles (64 sequences x 4 KV heads) than an H100 or H200 has SMs: the
-// sm90 decode kernel's persistent CTAs take two tiles each, the K/V ring and Q running on from
-// one tile into the next; lengths from 1 key to 700, so blocks end mid-block and tiles differ in
-// length. Every 4th sequence checked.
+// sm90 decode kernel, which serves gathered caches at any batch, runs them in waves; lengths
+// from 1 key to 700, so blocks end mid-block and tiles differ in length. Every 4th sequence
+// checked.
 TEST_P(GpuServingBackend, PagedDecodePage1MoreTilesThanSms) {
   std::vector<int> q(64, 1), k(64);
   for (int b = 0; b < 64; ++b) k[b] = 1 + (b * 97) % 700;

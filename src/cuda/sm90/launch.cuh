@@ -72,20 +72,16 @@ Sm90KvSplit sm90_kv_split_of(const AttentionParams& params, int num_sms) {
   return kv_split;
 }
 
-// The decode kernel (decode_kernel.cuh) of a packed call, as a programmatic dependent of the
-// kernel before it: one CTA per tile and split, or with producer warps (serving layouts) at most
-// one per SM, each walking tiles num_sms apart.
+// The decode kernel (decode_kernel.cuh) of a packed call: one CTA per tile and split, as a
+// programmatic dependent of the kernel before it.
 template <class Config, class Layout, bool kCausal, bool kWritesSplits>
 void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                         const CUtensorMap& map_k, const CUtensorMap& map_v,
-                        const Sm90KvSplit& kv_split, int64_t num_tiles, int num_sms) {
+                        const Sm90KvSplit& kv_split, int64_t num_tiles) {
   constexpr auto kernel = sm90_decode_kernel<Config, Layout, kCausal, kWritesSplits>;
-  constexpr int kSmemBytes =
-      Sm90DecodeSmem<Config, Sm90DecodeRoles<Layout>::template stages<Config>()>::kBytes;
+  constexpr int kSmemBytes = Sm90DecodeSmem<Config>::kBytes;
   raise_dynamic_smem_limit_once<kernel>(kSmemBytes, params.device_index);
-  const int64_t grid =
-      Sm90DecodeRoles<Layout>::kProducerWarps && num_tiles > num_sms ? num_sms : num_tiles;
-  FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
+  FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(num_tiles),
                                              Sm90DecodeRoles<Layout>::kThreads, kSmemBytes,
                                              params.stream, map_q, map_k, map_v, params,
                                              kv_split));
@@ -207,19 +203,19 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     // Calls whose tiles hold at most one slab of rows and need no more CTAs than SMs (decode:
     // batch-1 split, or up to batch 16 of GQA 4:1 unsplit) run the decode kernel, one warpgroup
     // per tile and split, on the same tiles, splits and workspace. So do gathered caches (small
-    // pages) of any batch, its CTAs persistent: their copies need the decode kernel's four
-    // producer warps (the general kernel's producer is one warp of 24-40 registers). It claims
-    // no tiles, so those calls zero no tile counters.
+    // pages) of any batch, in waves: their copies need the decode kernel's four producer warps
+    // (the general kernel's producer is one warp of 24-40 registers). It claims no tiles, so
+    // those calls zero no tile counters.
     const bool decode_grid =
         num_tiles <= num_sms || Layout::template kv_gathered<Config::kBlockN>(params);
     if (decode_grid &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
       if (kv_split.splits > 1) {
         launch_sm90_decode<Config, Layout, kCausal, true>(params, map_q, map_k, map_v, kv_split,
-                                                          num_tiles, num_sms);
+                                                          num_tiles);
       } else {
         launch_sm90_decode<Config, Layout, kCausal, false>(params, map_q, map_k, map_v,
-                                                           kv_split, num_tiles, num_sms);
+                                                           kv_split, num_tiles);
       }
     } else {
       launch_forward_kernel();
