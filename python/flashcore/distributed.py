@@ -12,7 +12,8 @@
 Every rank of the group holds a shard of the sequence (BSHD, all heads) and the keys and values
 of its own tokens. The K/V shards travel once around the ring (rank r sends to r + 1) in batched
 P2P sends and receives into a second buffer, while the rank computes on the shard in hand; the
-partial outputs are merged through their lse in float32. On CUDA, NCCL runs the transfers on its
+partial outputs are merged through their lse in float32 (on CUDA in one Triton kernel,
+_merge_triton.py, where PyTorch brings Triton). On CUDA, NCCL runs the transfers on its
 own stream: each transfer waits for the attention already queued on the current stream (the
 receive buffer was last read there) and the current stream waits for it before the next step's
 attention reads it (work.wait()). Under a causal mask use the zigzag layout: rank r holds chunks
@@ -173,8 +174,18 @@ def local_positions(seqlen, layout, group=None, *, rank=None, world_size=None, d
 def _combine(parts, like, lse_shape):
     """Merges partial results in float32. parts: (q_begin, q_end, out [b, rows, hq, d],
     lse [b, hq, rows]) with at least one part over all rows; like: q (dtype, device, shape).
-    Every part is read once (out_total = sum_i exp(lse_i - lse_total) * out_i); a row that no
-    part sees, or whose lse is -inf in every part, gets out 0 and lse -inf."""
+    out_total = sum_i exp(lse_i - lse_total) * out_i; a row that no part sees, or whose lse is
+    -inf in every part, gets out 0 and lse -inf. On CUDA one Triton kernel reads every part once
+    (_merge_triton.py, imported only then); elsewhere, PyTorch ops."""
+    if len(parts) > 1 and like.is_cuda:
+        from . import _merge_triton
+        if _merge_triton.available(parts, like):
+            return _merge_triton.merge(parts, like, lse_shape)
+    return _combine_with_torch(parts, like, lse_shape)
+
+
+def _combine_with_torch(parts, like, lse_shape):
+    """_combine in PyTorch ops: a float32 accumulator, read and written once a part."""
     seqlen = like.shape[1]
     full = [p for p in parts if p[0] == 0 and p[1] == seqlen]
     partial = [p for p in parts if not (p[0] == 0 and p[1] == seqlen)]
