@@ -78,7 +78,7 @@ print(json.dumps([check(dtypes[d], hd, [tuple(r) for r in ranges], device)
 """
 
 CASES = [("bf16", 64, RANGES), ("fp16", 96, RANGES), ("fp32", 128, RANGES[:3]),
-         ("bf16", 128, RANGES[:8])]
+         ("bf16", 128, RANGES[:8]), ("fp16", 256, RANGES[:4])]
 
 
 def run_check(device, env):
