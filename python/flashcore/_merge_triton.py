@@ -71,8 +71,8 @@ if triton is not None:
             weight = tl.exp(part - safe)  # 0 where the part saw nothing
             offsets = ((batch * (end - begin) + (rows - begin)[:, None]) * heads + head) * \
                 head_dim + columns[None, :]
-            values = tl.load(outs[i] + offsets, mask=inside[:, None] & (columns[None, :] < head_dim),
-                             other=0.0)
+            values = tl.load(outs[i] + offsets,
+                             mask=inside[:, None] & (columns[None, :] < head_dim), other=0.0)
             acc += weight[:, None] * values.to(tl.float32)
         inside = rows < seqlen
         offsets = ((batch * seqlen + rows[:, None]) * heads + head) * head_dim + columns[None, :]
