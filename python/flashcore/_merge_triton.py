@@ -15,6 +15,8 @@ Triton comes with PyTorch's CUDA wheels; without it (or for CPU tensors) distrib
 keeps its PyTorch ops. TRITON_INTERPRET=1 runs the kernel on the CPU (the CI's check).
 """
 
+import contextlib
+
 import torch
 
 try:
@@ -82,9 +84,10 @@ if triton is not None:
 
 
 def available(parts, like):
-    """Whether the kernel can merge these parts: CUDA tensors (or TRITON_INTERPRET=1), every
-    out contiguous [batch, rows, heads, head_dim] of like's batch, heads and head_dim, every lse
-    contiguous float32 [batch, heads, rows]."""
+    """Whether the kernel can merge these parts: Triton imports, every part is on like's device,
+    every out contiguous [batch, rows, heads, head_dim] of like's batch, heads and head_dim, and
+    every lse contiguous float32 [batch, heads, rows]. (_combine asks it for CUDA tensors only;
+    TRITON_INTERPRET=1 runs the kernel on CPU ones.)"""
     if triton is None:
         return False
     batch, _, heads, head_dim = like.shape
@@ -118,9 +121,12 @@ def merge(parts, like, lse_shape):
             arguments += [part_out, part_lse, begin, end]
         unused = (round_parts[0][2], round_parts[0][3], 0, 0)  # never read: NUM_PARTS masks it
         arguments += list(unused) * (MAX_PARTS - len(round_parts))
-        _merge_kernel[grid](out, lse, seqlen, heads, head_dim, *arguments,
-                            NUM_PARTS=len(round_parts), BLOCK_ROWS=ROWS_PER_PROGRAM,
-                            BLOCK_D=block_d)
+        # Triton launches on the current device: make it the tensors'.
+        on_device = torch.cuda.device(like.device) if like.is_cuda else contextlib.nullcontext()
+        with on_device:
+            _merge_kernel[grid](out, lse, seqlen, heads, head_dim, *arguments,
+                                NUM_PARTS=len(round_parts), BLOCK_ROWS=ROWS_PER_PROGRAM,
+                                BLOCK_D=block_d)
         if last:
             return out, lse
         pending.insert(0, (0, seqlen, out, lse))
