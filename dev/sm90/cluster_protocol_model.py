@@ -26,36 +26,16 @@ Run: python3 dev/sm90/cluster_protocol_model.py [runs]   (no GPU needed)
 import random
 import sys
 
+from protocol_model import MBarrier, ModelError  # the same directory: sys.path[0] when run
+
 STAGES = 2
 WARPS = 3          # consumer warps per CTA (each stands for a warp's 32 lanes, arriving together)
 BLOCK_BYTES = 100  # one K or V block; each CTA loads half
 
 
-class ModelError(Exception):
-    pass
-
-
-class Barrier:
-    """mbarrier: arrivals and a signed transaction count (a peer's bytes may land first)."""
-
-    def __init__(self, name, count):
-        self.name, self.count = name, count
-        self.pending, self.tx, self.completed = count, 0, 0
-
-    def _maybe_complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.completed += 1
-            self.pending = self.count
-
-    def arrive(self, weight=1):
-        if self.pending < weight:
-            raise ModelError(f"{self.name}: {weight} arrivals, {self.pending} pending")
-        self.pending -= weight
-        self._maybe_complete()
-
-    def arrive_expect_tx(self, nbytes):
-        self.tx += nbytes
-        self.arrive()
+class Barrier(MBarrier):
+    """protocol_model's mbarrier, but a peer's multicast bytes may land before this CTA's
+    producer armed the phase: the transaction count may go negative in between."""
 
     def complete_tx(self, nbytes):
         self.tx -= nbytes

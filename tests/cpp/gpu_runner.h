@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_suite.h"
 #include "host_problem.h"
 
 namespace flashcore::test {
@@ -53,15 +54,6 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
-
-inline int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
 
 struct GpuRun {
   Backend ran = Backend::kAuto;

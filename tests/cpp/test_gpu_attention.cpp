@@ -246,6 +246,26 @@ TEST_P(GpuSm90TileRows, OneKeyLastTileInEveryRow) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90TileRows,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
+// --- sm90 case lists: a problem, its memory layout, its inputs' spread ---
+
+struct Sm90Case {
+  testing::ProblemShape shape;
+  Layout layout = Layout::kBSHD;
+  float stddev = 1.0f;
+};
+
+// Every case in `dtype` on the sm90 backend against the reference; cases that leave head_dim 0
+// run at `head_dim_if_unset`.
+void run_sm90_cases(std::vector<Sm90Case> cases, DType dtype,
+                    int head_dim_if_unset = kPreferredHeadDim) {
+  for (Sm90Case& c : cases) {
+    c.shape.dtype = dtype;
+    if (c.shape.head_dim == 0) c.shape.head_dim = head_dim_if_unset;
+    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
+    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
+  }
+}
+
 // --- sm90: head_dim 96 runs the 128 kernels with zero-filled columns ---
 
 // The tensor maps are 96 columns wide and the kernels' tiles 128, so TMA zero-fills columns
@@ -256,13 +276,7 @@ class GpuSm90PaddedHeadDim : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
   constexpr int kPaddedHeadDim = 96;
-  const DType dtype = GetParam();
-  struct Case {
-    testing::ProblemShape shape;
-    Layout layout;
-    float stddev;
-  };
-  std::vector<Case> cases;
+  std::vector<Sm90Case> cases;
   for (bool causal : {false, true}) {
     for (int seqlen : {1, 17, 65, 1000, 4097}) {
       cases.push_back({make_shape(seqlen, seqlen, 2, 1, causal), Layout::kBSHD, 1.0f});
@@ -272,11 +286,7 @@ TEST_P(GpuSm90PaddedHeadDim, MatchesReferenceOnEveryPath) {
     cases.push_back({make_shape(200, 333, 4, 2, causal), Layout::kBHSD, 1.0f});
     cases.push_back({make_shape(512, 512, 2, 1, causal), Layout::kBSHD, kLargeStddev});
   }
-  for (Case& c : cases) {
-    c.shape.dtype = dtype, c.shape.head_dim = kPaddedHeadDim;
-    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
-    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
-  }
+  run_sm90_cases(cases, GetParam(), kPaddedHeadDim);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
@@ -294,13 +304,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PaddedHeadDim,
 class GpuSm90ClusterRows : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90ClusterRows, MatchesReferenceAcrossTheRowsLengths) {
-  const DType dtype = GetParam();
-  struct Case {
-    testing::ProblemShape shape;
-    Layout layout = Layout::kBSHD;
-    float stddev = 1.0f;
-  };
-  std::vector<Case> cases;
+  std::vector<Sm90Case> cases;
   for (int head_dim : {64, 128, 256}) {
     int served_above = 0;  // the previous row serves seqlen_q up to this
     for (int i = 0; i < detail::sm90_row_count(head_dim, false); ++i) {
@@ -311,7 +315,7 @@ TEST_P(GpuSm90ClusterRows, MatchesReferenceAcrossTheRowsLengths) {
       const int bm = detail::kSm90RowsPerConsumer * row.consumers, bn = row.block_n;
       const int first = previous + 1;
       const int m_odd = ((first + bm - 1) / bm) | 1;  // an odd m-block count from `first` on
-      const std::vector<Case> row_cases = {
+      const std::vector<Sm90Case> row_cases = {
           {make_shape(first, first, 2, 1, false)},
           {make_shape(m_odd * bm, m_odd * bn + 1, 3, 3, false)},
           {make_shape(m_odd * bm + 1, m_odd * bn + bn / 2 + 1, 4, 1, false, 2)},
@@ -322,23 +326,19 @@ TEST_P(GpuSm90ClusterRows, MatchesReferenceAcrossTheRowsLengths) {
           {make_shape(first, first, 2, 1, false), Layout::kBSHD, kLargeStddev},
           {make_shape(previous > 0 ? previous : 1, previous > 0 ? previous : 1, 2, 1, false)},
       };
-      for (Case c : row_cases) {
+      for (Sm90Case c : row_cases) {
         c.shape.head_dim = head_dim;
         cases.push_back(c);
       }
       if (head_dim == 128) {  // 96 runs the 128 kernels
-        Case c{make_shape(first + 7, first + 33, 4, 2, false)};
+        Sm90Case c{make_shape(first + 7, first + 33, 4, 2, false)};
         c.shape.head_dim = 96;
         cases.push_back(c);
       }
     }
   }
   if (cases.empty()) GTEST_SKIP() << "no row of kSm90TuningTable runs in clusters";
-  for (Case& c : cases) {
-    c.shape.dtype = dtype;
-    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
-    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
-  }
+  run_sm90_cases(cases, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ClusterRows,
@@ -355,17 +355,11 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ClusterRows,
 class GpuSm90PackedGroups : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90PackedGroups, MatchesReferenceForEveryGroupAndMask) {
-  const DType dtype = GetParam();
-  struct Case {
-    testing::ProblemShape shape;
-    Layout layout = Layout::kBSHD;
-    float stddev = 1.0f;
-  };
-  std::vector<Case> cases;
+  std::vector<Sm90Case> cases;
   for (int head_dim : {64, 96, 128, 256}) {  // decode, GQA 4:1, both masks
     for (bool causal : {false, true}) {
       for (int seqlen_k : {1, 1000}) {
-        Case c{make_shape(1, seqlen_k, 8, 2, causal, 2)};
+        Sm90Case c{make_shape(1, seqlen_k, 8, 2, causal, 2)};
         c.shape.head_dim = head_dim;
         cases.push_back(c);
       }
@@ -388,12 +382,7 @@ TEST_P(GpuSm90PackedGroups, MatchesReferenceForEveryGroupAndMask) {
   // Unpacked: one position past the rule, and a group that is not a power of two.
   cases.push_back({make_shape(65, 300, 8, 2, true)});
   cases.push_back({make_shape(1, 300, 6, 2, false)});
-  for (Case& c : cases) {
-    c.shape.dtype = dtype;
-    if (c.shape.head_dim == 0) c.shape.head_dim = kPreferredHeadDim;
-    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
-    run_and_check(c.shape, c.layout, c.stddev, Backend::kSM90);
-  }
+  run_sm90_cases(cases, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90PackedGroups,
@@ -618,13 +607,6 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSelection, ::testing::Values(0, 96),
 }  // namespace flashcore::test
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  int devices = flashcore::test::cuda_device_count();
-  std::printf("flashcore GPU tests: %d CUDA device(s); sm80 %s, sm90 %s\n", devices,
-              flashcore::backend_available(flashcore::Backend::kSM80) ? "available" : "unavailable",
-              flashcore::backend_available(flashcore::Backend::kSM90) ? "available" : "unavailable");
-  const int result = RUN_ALL_TESTS();
-  // ctest shows the suite as skipped (SKIP_RETURN_CODE) rather than passed when no GPU ran it.
-  constexpr int kSkippedExitCode = 77;
-  return (result == 0 && devices == 0) ? kSkippedExitCode : result;
+  return flashcore::test::run_gpu_suite(argc, argv, "GPU tests",
+                                       {flashcore::Backend::kSM80, flashcore::Backend::kSM90});
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "device_allocations.h"
+#include "gpu_suite.h"
 #include "testing/serving_problem.h"
 #include "thrown_message.h"
 
@@ -21,11 +22,6 @@ using testing::KvLayout;
 using testing::ServingPointers;
 using testing::ServingProblem;
 using testing::ServingShape;
-
-int cuda_devices() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
-}
 
 // Device copies of every tensor of a ServingProblem; the page table's rows `pad` ints apart.
 class DeviceProblem {
@@ -98,7 +94,7 @@ std::string error_of(const AttentionArgs& args) {
 class CheckIndices : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_devices() == 0) GTEST_SKIP() << "no CUDA device";
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   }
 };
 
@@ -144,8 +140,6 @@ TEST_F(CheckIndices, DecreasingCuSeqlens) {
 }  // namespace flashcore::test
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const int result = RUN_ALL_TESTS();
-  constexpr int kSkippedExitCode = 77;  // ctest shows the suite as skipped without a GPU
-  return (result == 0 && flashcore::test::cuda_devices() == 0) ? kSkippedExitCode : result;
+  return flashcore::test::run_gpu_suite(argc, argv, "GPU check_indices tests",
+                                       {flashcore::Backend::kSM80, flashcore::Backend::kSM90});
 }

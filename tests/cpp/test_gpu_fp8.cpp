@@ -172,12 +172,6 @@ TEST(GpuSm90Fp8Refusals, VarlenIsRefusedWithTheReason) {
 }  // namespace flashcore::test
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const int devices = flashcore::test::cuda_device_count();
-  std::printf("flashcore GPU fp8 tests: %d CUDA device(s); sm90 %s\n", devices,
-              flashcore::backend_available(flashcore::Backend::kSM90) ? "available"
-                                                                      : "unavailable");
-  const int result = RUN_ALL_TESTS();
-  constexpr int kSkippedExitCode = 77;  // ctest: skipped, not passed, when no GPU ran it
-  return (result == 0 && devices == 0) ? kSkippedExitCode : result;
+  return flashcore::test::run_gpu_suite(argc, argv, "GPU fp8 tests",
+                                       {flashcore::Backend::kSM90});
 }

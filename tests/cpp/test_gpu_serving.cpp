@@ -23,6 +23,7 @@
 
 #include "api/kernel_registry.h"
 #include "device_allocations.h"
+#include "gpu_suite.h"
 #include "testing/serving_problem.h"
 
 namespace flashcore::testing {
@@ -47,15 +48,6 @@ constexpr size_t kGuardBytes = 1 << 16;  // around the k cache in the wrong-inde
     cudaError_t status_ = (expr);                                                            \
     if (status_ != cudaSuccess) FAIL() << #expr << ": " << cudaGetErrorString(status_);     \
   } while (0)
-
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
 
 // Why `backend` cannot run this shape here, or "".
 std::string skip_reason(Backend backend, const ServingShape& s) {
@@ -389,13 +381,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, GpuServingBackend,
 }  // namespace flashcore::test
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  const int devices = flashcore::test::cuda_device_count();
-  std::printf("flashcore GPU serving tests: %d CUDA device(s); sm80 %s, sm90 %s\n", devices,
-              flashcore::backend_available(flashcore::Backend::kSM80) ? "available" : "unavailable",
-              flashcore::backend_available(flashcore::Backend::kSM90) ? "available" : "unavailable");
-  const int result = RUN_ALL_TESTS();
-  // ctest shows the suite as skipped (SKIP_RETURN_CODE) rather than passed when no GPU ran it.
-  constexpr int kSkippedExitCode = 77;
-  return (result == 0 && devices == 0) ? kSkippedExitCode : result;
+  return flashcore::test::run_gpu_suite(argc, argv, "GPU serving tests",
+                                       {flashcore::Backend::kSM80, flashcore::Backend::kSM90});
 }

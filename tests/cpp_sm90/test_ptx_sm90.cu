@@ -168,18 +168,30 @@ std::string case_name(const char* what, const char* dtype, int n, int k) {
          std::to_string(k / 16) + " steps (K=" + std::to_string(k) + ")";
 }
 
+// The 64 x N product of A (64 x K, row-major) and B, in float: B is N x K (D = A B^T, the keys
+// of a K tile) or K x N (D = A B, V row-major). The inputs are exact_values, so every sum is
+// exact and the kernels must match it bit for bit.
+std::vector<float> reference_product(const std::vector<float>& a, const std::vector<float>& b,
+                                     int n_cols, int k_depth, bool b_is_n_by_k) {
+  std::vector<float> product(size_t(kRowsM) * n_cols, 0.0f);
+  for (int m = 0; m < kRowsM; ++m)
+    for (int n = 0; n < n_cols; ++n) {
+      float acc = 0.0f;
+      for (int k = 0; k < k_depth; ++k) {
+        const size_t b_index = b_is_n_by_k ? size_t(n) * k_depth + k : size_t(k) * n_cols + n;
+        acc += a[size_t(m) * k_depth + k] * b[b_index];
+      }
+      product[size_t(m) * n_cols + n] = acc;
+    }
+  return product;
+}
+
 // D = A B^T with A: 64 x K, B: N x K (rows of B are the keys of a K tile).
 template <DType kDType, int kN, int kK>
 void check_ss() {
   const std::vector<float> a = exact_values(size_t(kRowsM) * kK, 1 + kN + kK);
   const std::vector<float> b = exact_values(size_t(kN) * kK, 7 + kN * kK);
-  std::vector<float> expected(size_t(kRowsM) * kN, 0.0f);
-  for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kN; ++n) {
-      float acc = 0.0f;
-      for (int k = 0; k < kK; ++k) acc += a[size_t(m) * kK + k] * b[size_t(n) * kK + k];
-      expected[size_t(m) * kN + n] = acc;
-    }
+  const std::vector<float> expected = reference_product(a, b, kN, kK, /*b_is_n_by_k=*/true);
   DeviceBuffer<uint16_t> a_dev(to_16bit<kDType>(a)), b_dev(to_16bit<kDType>(b));
   DeviceBuffer<float> out(expected.size());
   ASSERT_CUDA(cudaMemset(out.ptr, 0xFF, out.count * sizeof(float)));  // NaN if never written
@@ -201,13 +213,7 @@ template <DType kDType, int kN, int kK>
 void check_rs() {
   const std::vector<float> p = exact_values(size_t(kRowsM) * kK, 3 + kN + kK);
   const std::vector<float> v = exact_values(size_t(kK) * kN, 11 + kN * kK);
-  std::vector<float> expected(size_t(kRowsM) * kN, 0.0f);
-  for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kN; ++n) {
-      float acc = 0.0f;
-      for (int k = 0; k < kK; ++k) acc += p[size_t(m) * kK + k] * v[size_t(k) * kN + n];
-      expected[size_t(m) * kN + n] = acc;
-    }
+  const std::vector<float> expected = reference_product(p, v, kN, kK, /*b_is_n_by_k=*/false);
   DeviceBuffer<float> p_dev(p);
   DeviceBuffer<uint16_t> v_dev(to_16bit<kDType>(v));
   DeviceBuffer<float> out(expected.size());
@@ -229,13 +235,7 @@ template <int kN, int kK>
 void check_e4m3_ss() {
   const std::vector<float> a = exact_values(size_t(kRowsM) * kK, 5 + kN + kK);
   const std::vector<float> b = exact_values(size_t(kN) * kK, 13 + kN * kK);
-  std::vector<float> expected(size_t(kRowsM) * kN, 0.0f);
-  for (int m = 0; m < kRowsM; ++m)
-    for (int n = 0; n < kN; ++n) {
-      float acc = 0.0f;
-      for (int k = 0; k < kK; ++k) acc += a[size_t(m) * kK + k] * b[size_t(n) * kK + k];
-      expected[size_t(m) * kN + n] = acc;
-    }
+  const std::vector<float> expected = reference_product(a, b, kN, kK, /*b_is_n_by_k=*/true);
   DeviceBuffer<uint8_t> a_dev(to_e4m3(a)), b_dev(to_e4m3(b));
   DeviceBuffer<float> out(expected.size());
   ASSERT_CUDA(cudaMemset(out.ptr, 0xFF, out.count * sizeof(float)));  // NaN if never written
