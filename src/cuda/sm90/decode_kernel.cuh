@@ -65,11 +65,6 @@ struct Sm90DecodeRoles {
   static constexpr int kGatherThreads = 128;
   static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarps ? kGatherThreads : 0);
 
-  // Arrivals that complete a K/V full barrier: the arming thread's, or every gathering thread's.
-  template <int kBlockN>
-  __device__ static uint32_t kv_full_arrivals(const AttentionParams& params) {
-    return Layout::template kv_gathered<kBlockN>(params) && kProducerWarps ? kGatherThreads : 1;
-  }
   // Whether producer thread `thread` takes part in loading a block: every gathering thread, or
   // the layout's box lanes.
   template <int kBlockN>
@@ -171,8 +166,10 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     mbarrier_init(smem.q_full(), 1);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
-      mbarrier_init(smem.v_full(stage), Roles::template kv_full_arrivals<Config::kBlockN>(params));
+      const uint32_t arrivals =
+          Layout::template kv_full_arrivals<Config::kBlockN, Roles::kGatherThreads>(params);
+      mbarrier_init(smem.k_full(stage), arrivals);
+      mbarrier_init(smem.v_full(stage), arrivals);
       if (kProducerWarps) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
     }
     mbarrier_init_fence();

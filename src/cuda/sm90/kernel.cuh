@@ -79,8 +79,10 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     mbarrier_init(smem.q_empty(), Config::kQEmptyArrivals);
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
-      mbarrier_init(smem.k_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
-      mbarrier_init(smem.v_full(stage), Layout::template kv_full_arrivals<Config::kBlockN>(params));
+      const uint32_t arrivals =
+          Layout::template kv_full_arrivals<Config::kBlockN, kSm90GatherLanes>(params);
+      mbarrier_init(smem.k_full(stage), arrivals);
+      mbarrier_init(smem.v_full(stage), arrivals);
       mbarrier_init(smem.k_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
       mbarrier_init(smem.v_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
     }

@@ -25,6 +25,10 @@ namespace flashcore::detail {
 
 constexpr int kSm90GatherLanes = 32;  // a gathering warp; the general kernel's gather is one
 
+// Copies a one-warp gather unrolls (the general kernel's producer, 24-40 registers): unrolled
+// fully it spilled kilobytes (docs/kernels.md, runs 107 and 113).
+constexpr int kSm90OneWarpGatherUnroll = 4;
+
 // Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
 // (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
 // when their turn comes: every gather waits on its page-table reads before it can copy.
@@ -85,12 +89,12 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
   constexpr int kGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
   constexpr int kGroupsPerWarp = (kGroups + kWarps - 1) / kWarps;
   // A group's copies, unrolled fully where the gather has registers to spare (the decode
-  // kernel's producer warps); the general kernel's producer warp runs on 24-40 registers, where
-  // full unrolling spilled kilobytes, so it unrolls four.
+  // kernel's producer warps).
   constexpr int kCopiesPerGroup = kSm90GatherLanes / kRowsPerCopy;
-  constexpr int kUnroll = kWarps > 1 ? kCopiesPerGroup : 4;
+  constexpr int kUnroll = kWarps > 1 ? kCopiesPerGroup : kSm90OneWarpGatherUnroll;
   static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
-  static_assert(kRowsPerCopy <= 8 && 8 % kRowsPerCopy == 0, "a copy's rows share a swizzle atom");
+  // The 128-byte swizzle repeats every kChunksPerSwizzleRow rows (a 1024-byte atom).
+  static_assert(kChunksPerSwizzleRow % kRowsPerCopy == 0, "a copy's rows share a swizzle atom");
 
   const int lane = thread % kSm90GatherLanes;
   const int warp = kWarps == 1 ? 0 : thread / kSm90GatherLanes;  // one warp: a constant
@@ -146,9 +150,12 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
       const uint8_t* source = reinterpret_cast<const uint8_t*>(__shfl_sync(
           0xffffffffu, reinterpret_cast<uintptr_t>(row_source[i]), group_row + row_in_copy));
       const bool row_valid = copy_row + row_in_copy < rows_in_sequence;
-      // The 128-byte swizzle: chunk c of row r lands in chunk c ^ (r mod 8) of its row; r mod 8
-      // is (copy_row mod 8) + row_in_copy, copy_row a multiple of kRowsPerCopy.
-      const uint32_t swizzle = uint32_t((copy_row % 8 + row_in_copy) % 8) * kChunkBytes;
+      // The 128-byte swizzle: chunk c of row r lands in chunk c ^ (r mod 8) of its row (8:
+      // kChunksPerSwizzleRow); r mod 8 is (copy_row mod 8) + row_in_copy, copy_row a multiple
+      // of kRowsPerCopy.
+      const uint32_t swizzle =
+          uint32_t((copy_row % kChunksPerSwizzleRow + row_in_copy) % kChunksPerSwizzleRow) *
+          kChunkBytes;
 #pragma unroll
       for (int c = 0; c < kChunksPerLane; ++c) {
         cp_async_16_zfill(dst_lane + copy_row * kSwizzleBytes + (chunk_offset[c] ^ swizzle),

@@ -71,10 +71,11 @@ struct Sm90DenseLayout {
     return false;
   }
   // Whether K/V blocks are gathered with cp.async (paged_gather.cuh) instead of TMA, and the
-  // arrivals a block's full barrier then expects: one arming arrival, or the gathering lanes'.
+  // arrivals a block's full barrier then expects: one arming arrival, or one from each of the
+  // kernel's kGatherThreads gathering threads.
   template <int kBlockN>
   FC_HOST_DEVICE static bool kv_gathered(const AttentionParams& /*params*/) { return false; }
-  template <int kBlockN>
+  template <int kBlockN, int kGatherThreads>
   FC_HOST_DEVICE static uint32_t kv_full_arrivals(const AttentionParams& /*params*/) { return 1; }
   // Whether O's map can hold rows past a sequence's end that belong to another sequence: the
   // epilogue then stores a slab that crosses the end with ordinary bounded stores.
@@ -189,9 +190,9 @@ struct Sm90ServingLayout {
   FC_HOST_DEVICE static bool kv_gathered(const AttentionParams& params) {
     return params.page_table != nullptr && kv_box_rows<kBlockN>(params) < kMinTmaBoxRows;
   }
-  template <int kBlockN>
+  template <int kBlockN, int kGatherThreads>
   FC_HOST_DEVICE static uint32_t kv_full_arrivals(const AttentionParams& params) {
-    return kv_gathered<kBlockN>(params) ? kProducerLanes : 1;
+    return kv_gathered<kBlockN>(params) ? kGatherThreads : 1;
   }
 
   static BshdTensor q_tensor(const AttentionParams& p) {
