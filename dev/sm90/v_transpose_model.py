@@ -10,7 +10,8 @@ byte names its (key, head_dim byte), checked against what the consumers' P V nee
 Also checks fp8_a_position_key (cuda/common/accumulator_layout.h) against the e4m3 A-fragment
 layout (CUTLASS's ALayout_64x32: register v1 + 2 v2 of lane l holds row l / 4 + 8 v1, k
 4 (l % 4) + v0 + 16 v2 in byte v0) and the fp32 accumulator's (lane l holds columns 8 i + 2 (l % 4)
-+ {0, 1}), and that a mutant (the V swizzle without the key's row) fails.
++ {0, 1}), that no ldmatrix / stmatrix matrix has two rows on one 16-byte bank group, and that a
+mutant (stmatrix rows without the lanes' alternation of 2p and 2p + 1) fails.
 Keep it in step with the kernel. Run: python3 dev/sm90/v_transpose_model.py   (no GPU needed)
 """
 
@@ -31,35 +32,70 @@ def swizzled(rows, row, col):
     return (col // ROW) * rows * ROW + row * ROW + ((((col % ROW) // 16) ^ (row % 8)) * 16) + col % 16
 
 
+def byte_perm(a, b, selector):
+    """PRMT: byte i of the result is byte (selector >> 4i) & 7 of the 8 bytes a, b."""
+    both = a + b
+    return [both[(selector >> (4 * i)) & 7] for i in range(4)]
+
+
 def transpose(head_dim, block_n, v, mutant=False):
-    """sm90_transpose_v_stage: returns V^T as a dict address -> byte."""
+    """sm90_transpose_v_stage: returns V^T as a dict address -> byte. ldmatrix.trans and stmatrix
+    are replayed from their PTX definitions: lanes 8m..8m+7 address the 8 rows of matrix m; with
+    .trans lane l gets elements (rows 2(l % 4), 2(l % 4) + 1; column l / 4) of 16-bit elements,
+    stmatrix stores lane l's register m at row l / 4, elements 2(l % 4), 2(l % 4) + 1."""
     vt = {}
     key_steps, dim_chunks = block_n // 32, head_dim // 16
-    for thread in range(THREADS):
-        lane, warp = thread % 32, thread // 32
-        lane_keys, lane_dims = lane % 8, lane // 8
-        first_key = fp8_a_position_key(4 * lane_keys)
-        v_row = first_key * ROW + 4 * lane_dims
-        key_swizzle = 0 if mutant else first_key % 8
-        vt_row = 4 * lane_dims * ROW + (4 * lane_keys) % 16
-        vt_swizzle = ((4 * lane_dims) % 8) ^ (lane_keys // 4)
-        for block in range(warp, key_steps * dim_chunks, THREADS // 32):
-            key_step, dim_chunk = block % key_steps, block // key_steps
-            v_base = (dim_chunk // 8) * block_n * ROW + key_step * 32 * ROW + v_row
-            chunk = (dim_chunk % 8) ^ key_swizzle
-            words = []
-            for e in range(4):
-                address = v_base + (8 * (e // 2) + e % 2) * ROW + ((chunk ^ (e % 2)) << 4)
-                words.append([v[address + b] for b in range(4)])
-            vt_base = (key_step // 4) * head_dim * ROW + dim_chunk * 16 * ROW + vt_row
-            vt_chunk = (2 * (key_step % 4)) ^ vt_swizzle
-            for r in range(4):
-                address = vt_base + r * ROW + ((vt_chunk ^ r) << 4)
-                for b in range(4):  # byte b of row r = byte r of word b (the PRMTs)
-                    if address + b in vt:
-                        raise AssertionError(f"d{head_dim} n{block_n}: byte written twice")
-                    vt[address + b] = words[b][r]
+    units = key_steps * dim_chunks
+    even, odd_bytes = 0x6420, 0x7531
+    for warp in range(THREADS // 32):
+        for unit in range(warp, units, THREADS // 32):
+            key_step, chunk = unit % key_steps, unit // key_steps
+            v_addresses, vt_addresses, selectors = [], [], []
+            for lane in range(32):
+                row, matrix = lane % 8, lane // 8
+                v_addresses.append((8 * matrix + row) * ROW + (chunk // 8) * block_n * ROW +
+                                   key_step * 32 * ROW + ((((chunk % 8) ^ row)) << 4))
+                odd = (matrix % 2) ^ (row >= 4)
+                vt_row = 2 * row + (0 if mutant else odd)
+                position_chunk = 2 * (key_step % 4) + matrix // 2
+                vt_addresses.append(vt_row * ROW + (key_step // 4) * head_dim * ROW +
+                                    chunk * 16 * ROW + ((position_chunk ^ (vt_row % 8)) << 4))
+                selectors.append((even, odd_bytes) if lane // 4 < 4 else (odd_bytes, even))
+            for lane in range(32):
+                t, p = lane % 4, lane // 4
+                words = []
+                for m in range(4):  # ldmatrix.trans: rows 2t, 2t + 1 of column p, 2 bytes each
+                    rows = [v_addresses[8 * m + 2 * t], v_addresses[8 * m + 2 * t + 1]]
+                    words.append([v[rows[0] + 2 * p], v[rows[0] + 2 * p + 1],
+                                  v[rows[1] + 2 * p], v[rows[1] + 2 * p + 1]])
+                first, second = selectors[lane]
+                stored = [byte_perm(words[0], words[1], first),
+                          byte_perm(words[0], words[1], second),
+                          byte_perm(words[2], words[3], first),
+                          byte_perm(words[2], words[3], second)]
+                for m in range(4):  # stmatrix: row p of matrix m, bytes 4t..4t+3
+                    address = vt_addresses[8 * m + p] + 4 * t
+                    for b in range(4):
+                        if address + b in vt:
+                            raise AssertionError(f"d{head_dim} n{block_n}: byte written twice")
+                        vt[address + b] = stored[m][b]
     return vt
+
+
+def bank_conflicts(head_dim, block_n):
+    """The 16-byte chunks of one ldmatrix / stmatrix matrix (8 rows) must fall on 8 different
+    positions of 128 bytes (one wavefront per matrix)."""
+    key_steps, dim_chunks = block_n // 32, head_dim // 16
+    for unit in range(key_steps * dim_chunks):
+        key_step, chunk = unit % key_steps, unit // key_steps
+        for matrix in range(4):
+            v_banks, vt_banks = set(), set()
+            for row in range(8):
+                v_banks.add(((chunk % 8) ^ row))
+                vt_row = 2 * row + ((matrix % 2) ^ (row >= 4))
+                vt_banks.add((2 * (key_step % 4) + matrix // 2) ^ (vt_row % 8))
+            if len(v_banks) != 8 or len(vt_banks) != 8:
+                raise AssertionError(f"d{head_dim} n{block_n}: bank conflict in unit {unit}")
 
 
 def check(head_dim, block_n, mutant=False):
@@ -100,11 +136,12 @@ def main():
     for head_dim, block_n in ((128, 128), (256, 96), (128, 96), (128, 160), (128, 192),
                               (128, 224), (256, 128), (256, 64)):
         check(head_dim, block_n)
-        print(f"ok V^T of d{head_dim} n{block_n}")
+        bank_conflicts(head_dim, block_n)
+        print(f"ok V^T of d{head_dim} n{block_n}, no bank conflicts")
     try:
         check(128, 128, mutant=True)
     except AssertionError:
-        print("ok mutant (V swizzle without the key's row) caught")
+        print("ok mutant (stmatrix rows without the alternation) caught")
     else:
         print("FAIL the mutant passed")
         return 1

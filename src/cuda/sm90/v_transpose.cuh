@@ -28,8 +28,10 @@
 
 #include "cuda/common/accumulator_layout.h"
 #include "cuda/ptx/fence.cuh"
+#include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/ptx/stmatrix.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 
@@ -43,56 +45,71 @@ constexpr int kSm90TransposerThreads = 96;
 // V (BLOCK_N keys x head_dim bytes, as TMA wrote it: column blocks of 128 head_dim bytes, the
 // 16-byte chunk c of row r at chunk position c ^ (r % 8)) into V^T (head_dim rows x BLOCK_N keys
 // in the permuted order, column blocks of 128 keys, swizzled alike) by transposer thread `thread`
-// of kSm90TransposerThreads. A unit is 4 keys x 4 head_dim bytes: four 32-bit loads, a 4 x 4 byte
-// transpose in registers (PRMT), four 32-bit stores. A lane always takes the same place in a
-// 32-key x 16-byte block (8 key groups x 4 head_dim groups, which spreads the swizzled loads over
-// 16 banks); the warps take the blocks in turn. The row of every load and store modulo 8, hence
-// its swizzle, is then fixed per thread, and the loop only adds block offsets.
+// of kSm90TransposerThreads. A unit is one warp's 32 keys x 16 head_dim bytes (one k32 step of
+// one 16-byte chunk): ldmatrix.trans reads it as four 8-key x 8-pair matrices, four PRMTs split
+// the pairs into bytes, stmatrix writes four 8-row x 16-byte matrices of V^T. The warps take
+// the units in turn.
+//
+// ldmatrix.trans: lane l gets, of matrix m (keys 8m..8m+7), head_dim pair p = l / 4 (bytes 2p,
+// 2p + 1) of keys 8m + 2t, 8m + 2t + 1 (t = l % 4): bytes [k 2t: 2p][k 2t: 2p+1][k 2t+1: 2p]
+// [k 2t+1: 2p+1]. Bytes 0 and 2 of matrices 0 and 1 (PRMT 0x6420) are head_dim byte 2p of keys
+// 2t, 2t + 1, 8 + 2t, 9 + 2t: positions 4t..4t+3 of V^T row 2p (fp8_a_position_key), bytes 1
+// and 3 (0x7531) row 2p + 1; matrices 2 and 3 give positions 16 + 4t.. likewise. stmatrix puts
+// lane l's register i at bytes 4t.. of matrix i's row p, so each lane stores those four words as
+// they are. Which of its rows 2p, 2p + 1 a lane gives matrix 0 (and the other one matrix 1)
+// alternates with p >= 4, so that a matrix's 8 rows fall on 8 different rows modulo 8, hence 8
+// different swizzled chunks: both instructions are free of bank conflicts (the rows of one
+// ldmatrix matrix are 8 consecutive keys, all 8 swizzles).
 template <class Config>
 __device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t* vt, int thread) {
   constexpr uint32_t kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   constexpr uint32_t kRow = kSwizzleBytes;                // bytes of a swizzled row
   constexpr uint32_t kKeySteps = kBlockN / 32;            // 32-key blocks
   constexpr uint32_t kDimChunks = kHeadDim / 16;          // 16-byte head_dim blocks
+  constexpr uint32_t kUnits = kKeySteps * kDimChunks;
   constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
   constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
   constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
+  constexpr uint32_t kEvenBytes = 0x6420, kOddBytes = 0x7531;  // PRMT: bytes 0, 2 / 1, 3 of two
   static_assert(kBlockN % 32 == 0 && kHeadDim % 16 == 0, "whole k32 steps and 16-byte chunks");
   static_assert(kSm90TransposerThreads % 32 == 0, "whole warps");
   const uint32_t lane = static_cast<uint32_t>(thread) % 32;
   const uint32_t warp = static_cast<uint32_t>(thread) / 32;
-  const uint32_t lane_keys = lane % 8, lane_dims = lane / 8;
-  // Positions 4 lane_keys + e hold keys k, k + 1, k + 8, k + 9 of each 32 (fp8_a_position_key):
-  // key k + 8 (e / 2) + e % 2 is row k + ... of V, and as k is even its swizzle (the row modulo 8)
-  // is (k % 8) ^ (e % 2). Row 4 lane_dims + r of V^T (modulo 8) is (4 lane_dims % 8) ^ r. So the
-  // per-thread state is three words, and e and r only add constants (immediate offsets).
-  const uint32_t first_key = static_cast<uint32_t>(fp8_a_position_key(4 * lane_keys));
-  const uint32_t v_row = first_key * kRow + 4 * lane_dims;
-  const uint32_t key_swizzle = first_key % 8;
-  const uint32_t vt_row = 4 * lane_dims * kRow + (4 * lane_keys) % 16;
-  const uint32_t vt_swizzle = (4 * lane_dims) % 8 ^ lane_keys / 4;
-  for (uint32_t block = warp; block < kKeySteps * kDimChunks; block += kWarps) {
-    const uint32_t key_step = block % kKeySteps, dim_chunk = block / kKeySteps;
-    const uint32_t v_base = (dim_chunk / 8) * kVBlockBytes + key_step * 32 * kRow + v_row;
-    const uint32_t chunk = (dim_chunk % 8) ^ key_swizzle;
-    uint32_t w[4];
-#pragma unroll
-    for (uint32_t e = 0; e < 4; ++e) {
-      w[e] = *reinterpret_cast<const uint32_t*>(v + v_base + (8 * (e / 2) + e % 2) * kRow +
-                                                ((chunk ^ (e % 2)) << 4));
-    }
-    // w[e] byte r = V[key_e][dim + r]; row dim + r of V^T gets byte r of w[0..3].
-    const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-    const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-    const uint32_t rows[4] = {__byte_perm(lo01, lo23, 0x5410), __byte_perm(lo01, lo23, 0x7632),
-                              __byte_perm(hi01, hi23, 0x5410), __byte_perm(hi01, hi23, 0x7632)};
-    // V^T rows 16 dim_chunk + 4 lane_dims + r, positions 32 key_step + 4 lane_keys + 0..3.
-    const uint32_t vt_base = (key_step / 4) * kVtBlockBytes + dim_chunk * 16 * kRow + vt_row;
-    const uint32_t vt_chunk = (2 * (key_step % 4)) ^ vt_swizzle;
-#pragma unroll
-    for (uint32_t r = 0; r < 4; ++r) {
-      *reinterpret_cast<uint32_t*>(vt + vt_base + r * kRow + ((vt_chunk ^ r) << 4)) = rows[r];
-    }
+  // The row this lane addresses: key 8 (lane / 8) + lane % 8 of V for ldmatrix; for stmatrix
+  // row lane % 8 of matrix lane / 8, V^T row 2 (lane % 8) + odd of the chunk's 16, and the
+  // positions' half h = lane / 16.
+  const uint32_t row = lane % 8, matrix = lane / 8;
+  const uint32_t v_lane = (8 * matrix + row) * kRow;
+  const uint32_t odd = (matrix % 2) ^ (row >= 4 ? 1u : 0u);
+  const uint32_t vt_row = 2 * row + odd;
+  const uint32_t vt_lane = vt_row * kRow;
+  const uint32_t vt_half = matrix / 2;
+  // The words this lane stores: rows 2p and 2p + 1 to matrices 0 / 1 (or 1 / 0 when p >= 4).
+  const uint32_t first_bytes = lane / 4 < 4 ? kEvenBytes : kOddBytes;
+  const uint32_t second_bytes = lane / 4 < 4 ? kOddBytes : kEvenBytes;
+  const uint32_t v_base = shared_address(v) + v_lane, vt_base = shared_address(vt) + vt_lane;
+  const auto v_address = [&](uint32_t unit) {
+    const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
+    return v_base + (chunk / 8) * kVBlockBytes + key_step * 32 * kRow +
+           (((chunk % 8) ^ row) << 4);
+  };
+  uint32_t words[4];
+  if (warp < kUnits) ldmatrix_x4_trans(words, v_address(warp));
+  // Rolled: unrolled, ptxas precomputes every unit's addresses and spills past the producer's
+  // registers.
+#pragma unroll 1
+  for (uint32_t unit = warp; unit < kUnits; unit += kWarps) {
+    const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
+    const uint32_t rows[4] = {__byte_perm(words[0], words[1], first_bytes),
+                              __byte_perm(words[0], words[1], second_bytes),
+                              __byte_perm(words[2], words[3], first_bytes),
+                              __byte_perm(words[2], words[3], second_bytes)};
+    // The next unit's load goes out before this unit's store.
+    if (unit + kWarps < kUnits) ldmatrix_x4_trans(words, v_address(unit + kWarps));
+    const uint32_t position_chunk = 2 * (key_step % 4) + vt_half;
+    stmatrix_x4(vt_base + (key_step / 4) * kVtBlockBytes + chunk * 16 * kRow +
+                    ((position_chunk ^ (vt_row % 8)) << 4),
+                rows);
   }
 }
 
