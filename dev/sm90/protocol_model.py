@@ -15,7 +15,8 @@ Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_b
 0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
 FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage into a V^T stage
 (vt_full / v_raw_empty), the consumers read V^T, and the producer stops the transposer after its
-last V with the stop word; O staged in its own buffer or stored from registers ("regs"). Two FP8
+last V with the stop word; O staged in its own buffer or stored from registers ("regs"); with
+ping-pong turns and without (ping_pong=False, the fp8 rows' Sm90Switch::kNoPingPong). Two FP8
 mutants must fail: a stop that waits for the next stage only, a transposer that does not wait for
 v_empty before overwriting V^T.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
@@ -138,9 +139,11 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None):
+                 mutant=None, ping_pong=True):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
+        # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
+        self.ping_pong = ping_pong
         # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
         # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).
         self.mutant = mutant
@@ -355,11 +358,14 @@ class Cta:
         yield from self.consume_tiles(c, self.plain_tile)
 
     def turn_begin(self, c):
+        if not self.ping_pong:
+            return
         generation = self.turn[c].sync(f"c{c}")
         yield lambda g=generation: self.turn[c].generation > g
 
     def turn_end(self, c):
-        self.turn[1 - c].arrive(f"c{c}")
+        if self.ping_pong:
+            self.turn[1 - c].arrive(f"c{c}")
 
     def overlap_tile(self, c, tile_id, count, ring):
         # consumer_overlap.cuh: S of the first KV step alone, then S_t beside P V of t-1, then the
@@ -408,8 +414,9 @@ class Cta:
         return f"vt{s}" if self.transpose else f"v{s}"
 
     def consumer_overlap(self, c):
-        # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once.
-        if c == 1:
+        # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once
+        # (NoTurns: neither).
+        if c == 1 and self.ping_pong:
             self.turn[0].arrive(f"c{c}")
         yield from self.consume_tiles(c, self.overlap_tile)
         if c == 0:
@@ -452,22 +459,26 @@ def random_tiles(rng, persistent):
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
     rng = random.Random(7)
-    for schedule, staging, transpose in (
-            ("plain", "qslab", False), ("overlap", "qslab", False),
-            ("persistent", "qslab", False), ("persistent", "own", False),
-            ("persistent", "vring", False), ("pplain", "qslab", False), ("pplain", "own", False),
-            ("pplain", "vring", False), ("persistent", "own", True), ("persistent", "regs", True)):
+    for schedule, staging, transpose, ping_pong in (
+            ("plain", "qslab", False, True), ("overlap", "qslab", False, True),
+            ("persistent", "qslab", False, True), ("persistent", "own", False, True),
+            ("persistent", "vring", False, True), ("pplain", "qslab", False, True),
+            ("pplain", "own", False, True), ("pplain", "vring", False, True),
+            ("persistent", "own", True, True), ("persistent", "regs", True, True),
+            ("persistent", "own", True, False), ("persistent", "regs", True, False)):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
-                Cta(tiles, stages, schedule, random.Random(i), staging, transpose).run()
+                Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
+                    ping_pong=ping_pong).run()
             except ModelError as e:
-                print(f"FAIL {schedule} {staging} transpose={transpose} stages={stages} "
-                      f"tiles={tiles} seed={i}: {e}")
+                print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
+                      f"stages={stages} tiles={tiles} seed={i}: {e}")
                 return 1
         fp8 = ", FP8 V transposer" if transpose else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}): {runs} random interleavings")
+        turns = "" if ping_pong else ", no turns"
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}): {runs} random interleavings")
     # The model must see the FP8 mistakes it is meant to catch.
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
         caught = False

@@ -214,11 +214,18 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_LE(D256::kSmemBytes, D256::kMaxSmemBytes);
   EXPECT_EQ(D128::kVtTileBytes, 128 * 128);
   EXPECT_EQ(D128::kOSlabBytes, 2 * D128::kQSlabBytes);  // 16-bit O of 8-bit inputs
-  EXPECT_EQ(D128::kConsumerRegisters, 232);  // the transposer needs the producer's 40
-  EXPECT_EQ(D256::kProducerRegisters, 40);
+  // d128 n128 fits the 40 / 232 split; d256 n128 (O 128 + S 64 + P 16 + ~40) takes 24 / 240,
+  // which the transposer's loop fits (v_transpose.cuh).
+  EXPECT_EQ(D128::kConsumerRegisters, 232);
+  EXPECT_EQ(D128::kProducerRegisters, 40);
+  EXPECT_EQ(D256::kConsumerRegisters, 240);
+  EXPECT_EQ(D256::kProducerRegisters, 24);
+  EXPECT_EQ(D256::kVtTileBytes, 256 * 128);
+  // Neither takes ping-pong turns; the 16-bit rows all do.
+  static_assert(!D128::kPingPong && !D256::kPingPong);
   // The 16-bit configurations are what they were: no V^T, the same barriers.
   using Bf16 = Sm90TableConfig<128, false, 0, DType::kBFloat16>;
-  static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0);
+  static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0 && Bf16::kPingPong);
   EXPECT_EQ(Bf16::kBarrierCount, 2 + 4 * Bf16::kStages + Bf16::kConsumerWarpgroups);
   EXPECT_EQ(Bf16::kOBytes, Bf16::kQBytes);
 }

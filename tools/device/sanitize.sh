@@ -70,11 +70,15 @@ cases=(
   "--layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )
 # FP8 (sm90 only: sm80 refuses the dtype): the V transposer and P in e4m3, causal GQA with tails
-# on both sides, and d256 / d64 non-causal over several tiles.
+# on both sides, and d256 / d64 non-causal over several tiles; then more tiles than SMs, so the
+# consumers (which take no turns in the fp8 rows) run several tiles a CTA (d128 causal, claimed,
+# and d256, whose O leaves from registers).
 fp8_cases=(
   "--dtype fp8 --batch 2 --seqlen-q 100 --seqlen-k 177 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--dtype fp8 --batch 1 --seqlen-q 300 --seqlen-k 300 --heads-q 4 --heads-kv 4 --head-dim 256"
   "--dtype fp8 --batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 8 --heads-kv 2 --head-dim 64"
+  "--dtype fp8 --batch 2 --seqlen-q 1100 --seqlen-k 1100 --heads-q 32 --heads-kv 8 --head-dim 128 --causal"
+  "--dtype fp8 --batch 2 --seqlen-q 600 --seqlen-k 600 --heads-q 32 --heads-kv 8 --head-dim 256"
 )
 # Thread-block clusters (d128 non-causal above 2k): 2400 rows are 13 m-blocks of 192, so the
 # second CTA of each head's last cluster has no rows; 2400 keys end in a partial 80-key block.

@@ -21,7 +21,9 @@
 // one's). The rotation lasts the CTA's life, across tiles: every consumer takes n + 1 turns per
 // tile (same n), so the rotation is in step at each tile boundary, and consumer 0 issues the next
 // tile's first S = Q K^T as soon as the last consumer has issued its last P V, under the other
-// consumers' epilogues. The kernel calls start() and finish() once (see PingPongTurns).
+// consumers' epilogues. The kernel calls start() and finish() once (see PingPongTurns). Rows
+// with Sm90Switch::kNoPingPong take no turns (NoTurns): the FP8 rows, as in FA3's FP8 kernel that
+// transposes V in shared memory (measured in docs/kernels.md, run 120).
 //
 // A consumer with no query row in the tile, or whose rows see no key, runs the same function
 // with kComputes = false: every barrier wait and arrival and every turn in the same order, so the
@@ -75,6 +77,16 @@ struct PingPongTurns {
   __device__ __forceinline__ void finish() const {
     if (consumer == 0) named_barrier_sync(barrier(0), kTurnBarrierThreads);
   }
+};
+
+// Consumers that issue their GEMMs whenever their operands are ready (Sm90Switch::kNoPingPong):
+// the turns of PingPongTurns, all free.
+struct NoTurns {
+  int consumer;
+  __device__ __forceinline__ void begin() const {}
+  __device__ __forceinline__ void end() const {}
+  __device__ __forceinline__ void start() const {}
+  __device__ __forceinline__ void finish() const {}
 };
 
 // The turns of the KV blocks that none of this consumer's rows see (sm90_dead_blocks), taken

@@ -8,6 +8,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/sm90/cluster.cuh"
@@ -25,7 +27,8 @@ struct Sm90Mainloop {
   using Layout = Layout_;
   static constexpr bool kCausal = kCausal_;
   static constexpr DType kDType = Config::kDType;
-  using Turns = PingPongTurns<Config::kConsumerWarpgroups>;
+  using Turns = std::conditional_t<Config::kPingPong, PingPongTurns<Config::kConsumerWarpgroups>,
+                                   NoTurns>;
 
   // The KV blocks `tile`'s rows visit (packed: of those, the tile's split).
   __device__ __forceinline__ static KvTileRange kv_tiles(const MaskPolicy<kCausal>& mask,

@@ -87,12 +87,10 @@ struct Sm90TileConfig {
   // Three consumers (BLOCK_M 192, 512 threads): 24 x 128 + 160 x 384 = 64512.
   // P holds 64 x BLOCK_N elements of Element::kBytes over 128 threads: BLOCK_N / 4 registers
   // in 16 bits, BLOCK_N / 8 in fp8.
-  // FP8 keeps the 40 / 232 split: the producer warpgroup's V transpose (v_transpose.cuh) needs
-  // more than 24 registers.
+  // The FP8 V transpose (v_transpose.cuh) fits 24 registers too.
   static constexpr int kConsumerRegisterEstimate =
       kHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
-  static constexpr bool kWideConsumers =
-      kConsumerRegisterEstimate > 232 && !Element::kTransposesV;
+  static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
   static constexpr int kProducerRegisters =
       kConsumerWarpgroups == 3 ? 24 : kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters =
@@ -105,6 +103,7 @@ struct Sm90TileConfig {
   static constexpr bool kLazyRescale = kRow.has(Sm90Switch::kLazyRescale);
   static constexpr bool kWarpMaskStart = kRow.has(Sm90Switch::kWarpMaskStart);
   static constexpr bool kSkipsDeadBlocks = kRow.has(Sm90Switch::kSkipDeadBlocks);
+  static constexpr bool kPingPong = !kRow.has(Sm90Switch::kNoPingPong);
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.
   static constexpr bool kSkipsRowlessConsumers =
       kPersistent && (kRow.has(Sm90Switch::kSkipRowlessConsumers) || kPacksGroups);

@@ -35,6 +35,8 @@ enum class Sm90Switch : unsigned {
   kSkipDeadBlocks = 1u << 3,
   // Persistent consumers whose 64 rows lie outside the sequence pass the tile without GEMMs.
   kSkipRowlessConsumers = 1u << 4,
+  // The consumers issue their GEMMs without taking turns (no ping-pong, consumer_overlap.cuh).
+  kNoPingPong = 1u << 5,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -82,6 +84,7 @@ constexpr Sm90Switch kLazy = Sm90Switch::kLazyRescale;
 constexpr Sm90Switch kWarpMask = Sm90Switch::kWarpMaskStart;
 constexpr Sm90Switch kDead = Sm90Switch::kSkipDeadBlocks;
 constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
+constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -117,21 +120,23 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask},
     // FP8 (e4m3) rows: head_dim 128 and 256 only (64 runs the 128 kernels on zero-filled
-    // columns: sm90_kernel_head_dim). Picked by arithmetic, not measured yet (docs/kernels.md,
-    // "FP8 kernel"): per stage K + V (TMA) + V^T (transposed by the producer warpgroup).
+    // columns: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the producer
+    // warpgroup); the measurements are in docs/kernels.md ("FP8 kernel").
     //   d128 n128: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
-    //   d256 n96 : Q 32 KB + 2 x (24 + 24 + 32) KB = 192 KB (V^T rows are 128 bytes, 96 used),
-    //              no room for the 64 KB of O staging: O stored from registers;
-    //              registers O 128 + S 48 + P 12 + ~40 = 228 of 232 (n128: 248, 48 bytes spilled)
+    //   d256 n128: Q 32 KB + 2 x (32 + 32 + 32) KB = 224 KB, no room for the 64 KB of O
+    //              staging: O stored from registers; registers O 128 + S 64 + P 16 + ~40 = 248,
+    //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
+    //              the producer's TMA thread spills 32 bytes at 24)
+    //   Both without ping-pong turns: +0-5% (run 120); wider d128 tiles lost 10-30% (run 119).
     { 128, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk, /*cluster_m=*/1, /*input_bytes=*/1},
-    { 256, false,  kAnySeqlen,  96, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask, /*cluster_m=*/1, /*input_bytes=*/1},
-    { 256, true,   kAnySeqlen,  96, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+    { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kWarpMask | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+    { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kWarpMask | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
