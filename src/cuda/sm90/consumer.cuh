@@ -158,7 +158,7 @@ __device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&
                  rows.col_limit[1]);
   }
   float correction[2];
-  softmax.update(s, scale_log2, correction);
+  softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction);
   scale_rows(o, correction);
   accumulator_to_a_fragments<kDType>(s, p);
 }

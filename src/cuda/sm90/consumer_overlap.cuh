@@ -185,7 +185,8 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
-      softmax.update(s, scale_log2, correction);  // O is still 0: scaling it by this is a no-op
+      // O is still 0: scaling it by this is a no-op.
+      softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
     sm90_trace(Sm90Event::kSoftmaxDone);
@@ -223,7 +224,8 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
                        rows.col_limit[1]);
         }
         const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
-        const bool moved = softmax.update(s, scale_log2, correction, allowance);
+        const bool moved =
+            softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction, allowance);
         if (kLazy) rescale = __any_sync(0xffffffff, moved);
         sm90_trace(Sm90Event::kSoftmaxDone);
 

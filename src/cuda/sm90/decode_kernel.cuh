@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   }
 
   float inv_sum[2], lse[2];
-  softmax.finalize(inv_sum, lse);
+  softmax.finalize<Config::Element::kPOffsetLog2>(inv_sum, lse);
   scale_rows(o, inv_sum);
   const int lane = thread % 32;
   const int row0 = (thread / 32) * 16 + lane / 4;

@@ -99,7 +99,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
 
   float inv_sum[2], lse[2];
-  softmax.finalize(inv_sum, lse);
+  softmax.finalize<Config::Element::kPOffsetLog2>(inv_sum, lse);
   if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
     const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
     inv_sum[0] *= v_descale;

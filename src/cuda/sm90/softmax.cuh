@@ -84,7 +84,10 @@ struct OnlineSoftmaxRows {
   // whether any of this thread's rows moved.
   // `allowance`: how far the scores may rise above the row's max before it moves (0: eager,
   // kStaleMaxLog2: lazy).
-  template <int kAccRegs>
+  // kPOffsetLog2: the probabilities are taken as exp2(s - max + kPOffsetLog2), in
+  // [0, 2^kPOffsetLog2] (FP8: Sm90ElementTraits); O and the sum carry the same factor, which
+  // finalize() takes out of lse and which cancels in O / l.
+  template <int kPOffsetLog2 = 0, int kAccRegs>
   __device__ __forceinline__ bool update(float (&s)[kAccRegs], float scale_log2,
                                          float (&correction)[2], float allowance = 0.0f) {
     // Four partial maxima per row, so the reduction is a short tree, not one chain of
@@ -113,8 +116,9 @@ struct OnlineSoftmaxRows {
       // -inf + 8 = -inf: a row that had seen no visible key moves to the first finite max.
       const bool move = new_max > row_max[r] + allowance;
       const float used_max = move ? new_max : row_max[r];
-      subtrahend[r] = used_max == kNegInfinity ? 0.0f : used_max;
-      correction[r] = move ? exp2_approx(row_max[r] - subtrahend[r]) : 1.0f;  // 0 from -inf
+      subtrahend[r] = used_max == kNegInfinity ? 0.0f : used_max - kPOffsetLog2;
+      correction[r] = move ? exp2_approx(row_max[r] - subtrahend[r] - kPOffsetLog2)  // 0 from -inf
+                           : 1.0f;
       row_max[r] = used_max;
       row_sum[r] *= correction[r];
       moved = moved || move;
@@ -133,14 +137,15 @@ struct OnlineSoftmaxRows {
   }
 
   // Per row: the factor that normalizes O (0 for a row with no visible key, so out = 0) and the
-  // log-sum-exp in natural-log units (-inf for such a row).
+  // log-sum-exp in natural-log units (-inf for such a row); kPOffsetLog2 as update() took it.
+  template <int kPOffsetLog2 = 0>
   __device__ __forceinline__ void finalize(float (&inv_sum)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const bool any_visible = sum > 0.0f;
       inv_sum[r] = any_visible ? 1.0f / sum : 0.0f;
-      lse[r] = any_visible ? row_max[r] * kLn2 + logf(sum) : kNegInfinity;
+      lse[r] = any_visible ? (row_max[r] - kPOffsetLog2) * kLn2 + logf(sum) : kNegInfinity;
     }
   }
 };

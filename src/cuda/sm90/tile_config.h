@@ -30,6 +30,11 @@ struct Sm90ElementTraits {
   static constexpr int kBoxCols = kSm90SwizzleRowBytes / kBytes;  // elements of a column block
   static constexpr int kWgmmaK = kSm90WgmmaKBytes / kBytes;
   static constexpr bool kTransposesV = kDType == DType::kFloat8E4M3;
+  // P = exp2(s - max + kPOffsetLog2) (softmax.cuh): in e4m3, P in [0, 256] instead of [0, 1], so
+  // probabilities stay e4m3 normals down to 2^-14 instead of 2^-6, and round to zero below 2^-18
+  // instead of 2^-10 (FA3's FP8 takes the same offset). 256 leaves e4m3's 448 headroom only for
+  // an eager max: the lazy rescale lets P grow to 2^kStaleMaxLog2 more.
+  static constexpr int kPOffsetLog2 = kDType == DType::kFloat8E4M3 ? 8 : 0;
 };
 
 // Bytes of an output element: O is fp16 or bf16 (fp8 inputs write either, params.out_dtype).
@@ -101,6 +106,8 @@ struct Sm90TileConfig {
   // The row's switches (tile_table.h says what each does).
   static constexpr bool kRescaleUnderQk = kRow.has(Sm90Switch::kRescaleUnderQk);
   static constexpr bool kLazyRescale = kRow.has(Sm90Switch::kLazyRescale);
+  static_assert(!kLazyRescale || Element::kPOffsetLog2 == 0,
+                "an offset P (FP8) needs the eager max: a lazy one lets P pass e4m3's 448");
   static constexpr bool kWarpMaskStart = kRow.has(Sm90Switch::kWarpMaskStart);
   static constexpr bool kSkipsDeadBlocks = kRow.has(Sm90Switch::kSkipDeadBlocks);
   static constexpr bool kPingPong = !kRow.has(Sm90Switch::kNoPingPong);
