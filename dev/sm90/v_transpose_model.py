@@ -52,14 +52,19 @@ def transpose(head_dim, block_n, v, mutant=False):
             key_step, chunk = unit % key_steps, unit // key_steps
             v_addresses, vt_addresses, selectors = [], [], []
             for lane in range(32):
+                # The lane bases hold the swizzle bits (4-6); the unit offsets leave them zero
+                # and the unit's chunk goes in by xor (sm90_transpose_warp_units).
                 row, matrix = lane % 8, lane // 8
-                v_addresses.append((8 * matrix + row) * ROW + (chunk // 8) * block_n * ROW +
-                                   key_step * 32 * ROW + ((((chunk % 8) ^ row)) << 4))
+                v_lane = (8 * matrix + row) * ROW + (row << 4)
+                v_unit = (chunk // 8) * block_n * ROW + key_step * 32 * ROW
+                assert v_unit & 0x70 == 0
+                v_addresses.append((v_lane + v_unit) ^ ((chunk % 8) << 4))
                 odd = (matrix % 2) ^ (row >= 4)
                 vt_row = 2 * row + (0 if mutant else odd)
-                position_chunk = 2 * (key_step % 4) + matrix // 2
-                vt_addresses.append(vt_row * ROW + (key_step // 4) * head_dim * ROW +
-                                    chunk * 16 * ROW + ((position_chunk ^ (vt_row % 8)) << 4))
+                vt_lane = vt_row * ROW + (((matrix // 2) ^ (vt_row % 8)) << 4)
+                vt_unit = (key_step // 4) * head_dim * ROW + chunk * 16 * ROW
+                assert vt_unit & 0x70 == 0
+                vt_addresses.append((vt_lane + vt_unit) ^ ((2 * (key_step % 4)) << 4))
                 selectors.append((even, odd_bytes) if lane // 4 < 4 else (odd_bytes, even))
             for lane in range(32):
                 t, p = lane % 4, lane // 4

@@ -47,8 +47,8 @@ constexpr int kSm90TransposerThreads = 96;
 // in the permuted order, column blocks of 128 keys, swizzled alike) by transposer thread `thread`
 // of kSm90TransposerThreads. A unit is one warp's 32 keys x 16 head_dim bytes (one k32 step of
 // one 16-byte chunk): ldmatrix.trans reads it as four 8-key x 8-pair matrices, four PRMTs split
-// the pairs into bytes, stmatrix writes four 8-row x 16-byte matrices of V^T. The warps take
-// the units in turn.
+// the pairs into bytes, stmatrix writes four 8-row x 16-byte matrices of V^T. The warps deal
+// the units round.
 //
 // ldmatrix.trans: lane l gets, of matrix m (keys 8m..8m+7), head_dim pair p = l / 4 (bytes 2p,
 // 2p + 1) of keys 8m + 2t, 8m + 2t + 1 (t = l % 4): bytes [k 2t: 2p][k 2t: 2p+1][k 2t+1: 2p]
@@ -59,57 +59,80 @@ constexpr int kSm90TransposerThreads = 96;
 // they are. Which of its rows 2p, 2p + 1 a lane gives matrix 0 (and the other one matrix 1)
 // alternates with p >= 4, so that a matrix's 8 rows fall on 8 different rows modulo 8, hence 8
 // different swizzled chunks: both instructions are free of bank conflicts (the rows of one
-// ldmatrix matrix are 8 consecutive keys, all 8 swizzles).
-template <class Config>
-__device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t* vt, int thread) {
+// ldmatrix matrix are 8 consecutive keys, all 8 swizzles). sm90_transpose_v_stage is the entry.
+//
+// The units of warp kWarp (kWarp, kWarp + kWarps, ...), unrolled: every unit's offsets are
+// constants, so a unit is its two addresses (an add and an xor each: the swizzle's xor only
+// touches address bits 4-6, which the lane bases hold and the unit offsets leave zero), the
+// ldmatrix, four PRMTs and the stmatrix.
+template <class Config, uint32_t kWarp, uint32_t kWarps>
+__device__ __forceinline__ void sm90_transpose_warp_units(uint32_t v_lane, uint32_t vt_lane,
+                                                          uint32_t first_bytes,
+                                                          uint32_t second_bytes) {
   constexpr uint32_t kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   constexpr uint32_t kRow = kSwizzleBytes;                // bytes of a swizzled row
   constexpr uint32_t kKeySteps = kBlockN / 32;            // 32-key blocks
-  constexpr uint32_t kDimChunks = kHeadDim / 16;          // 16-byte head_dim blocks
-  constexpr uint32_t kUnits = kKeySteps * kDimChunks;
+  constexpr uint32_t kUnits = kKeySteps * (kHeadDim / 16);
   constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
   constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
-  constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
-  constexpr uint32_t kEvenBytes = 0x6420, kOddBytes = 0x7531;  // PRMT: bytes 0, 2 / 1, 3 of two
-  static_assert(kBlockN % 32 == 0 && kHeadDim % 16 == 0, "whole k32 steps and 16-byte chunks");
-  static_assert(kSm90TransposerThreads % 32 == 0, "whole warps");
-  const uint32_t lane = static_cast<uint32_t>(thread) % 32;
-  const uint32_t warp = static_cast<uint32_t>(thread) / 32;
-  // The row this lane addresses: key 8 (lane / 8) + lane % 8 of V for ldmatrix; for stmatrix
-  // row lane % 8 of matrix lane / 8, V^T row 2 (lane % 8) + odd of the chunk's 16, and the
-  // positions' half h = lane / 16.
-  const uint32_t row = lane % 8, matrix = lane / 8;
-  const uint32_t v_lane = (8 * matrix + row) * kRow;
-  const uint32_t odd = (matrix % 2) ^ (row >= 4 ? 1u : 0u);
-  const uint32_t vt_row = 2 * row + odd;
-  const uint32_t vt_lane = vt_row * kRow;
-  const uint32_t vt_half = matrix / 2;
-  // The words this lane stores: rows 2p and 2p + 1 to matrices 0 / 1 (or 1 / 0 when p >= 4).
-  const uint32_t first_bytes = lane / 4 < 4 ? kEvenBytes : kOddBytes;
-  const uint32_t second_bytes = lane / 4 < 4 ? kOddBytes : kEvenBytes;
-  const uint32_t v_base = shared_address(v) + v_lane, vt_base = shared_address(vt) + vt_lane;
-  const auto v_address = [&](uint32_t unit) {
-    const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
-    return v_base + (chunk / 8) * kVBlockBytes + key_step * 32 * kRow +
-           (((chunk % 8) ^ row) << 4);
-  };
   uint32_t words[4];
-  if (warp < kUnits) ldmatrix_x4_trans(words, v_address(warp));
-  // Rolled: unrolled, ptxas precomputes every unit's addresses and spills past the producer's
-  // registers.
-#pragma unroll 1
-  for (uint32_t unit = warp; unit < kUnits; unit += kWarps) {
+  if constexpr (kWarp < kUnits) {
+    constexpr uint32_t kChunk = kWarp / kKeySteps, kKeyStep = kWarp % kKeySteps;
+    ldmatrix_x4_trans(words, (v_lane + (kChunk / 8) * kVBlockBytes + kKeyStep * 32 * kRow) ^
+                                 ((kChunk % 8) << 4));
+  }
+#pragma unroll
+  for (uint32_t unit = kWarp; unit < kUnits; unit += kWarps) {
     const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
     const uint32_t rows[4] = {__byte_perm(words[0], words[1], first_bytes),
                               __byte_perm(words[0], words[1], second_bytes),
                               __byte_perm(words[2], words[3], first_bytes),
                               __byte_perm(words[2], words[3], second_bytes)};
     // The next unit's load goes out before this unit's store.
-    if (unit + kWarps < kUnits) ldmatrix_x4_trans(words, v_address(unit + kWarps));
-    const uint32_t position_chunk = 2 * (key_step % 4) + vt_half;
-    stmatrix_x4(vt_base + (key_step / 4) * kVtBlockBytes + chunk * 16 * kRow +
-                    ((position_chunk ^ (vt_row % 8)) << 4),
+    const uint32_t next = unit + kWarps;
+    if (next < kUnits) {
+      const uint32_t next_step = next % kKeySteps, next_chunk = next / kKeySteps;
+      ldmatrix_x4_trans(words, (v_lane + (next_chunk / 8) * kVBlockBytes +
+                                next_step * 32 * kRow) ^ ((next_chunk % 8) << 4));
+    }
+    stmatrix_x4((vt_lane + (key_step / 4) * kVtBlockBytes + chunk * 16 * kRow) ^
+                    ((2 * (key_step % 4)) << 4),
                 rows);
+  }
+}
+
+// One V stage into its V^T stage (what the units are: above), by transposer thread `thread`.
+// Each warp's units are compile-time (a branch per warp), so no unit address is computed in a
+// loop; d256's 22 units a warp leave the 24-register producer two spilled words per stage.
+template <class Config>
+__device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t* vt, int thread) {
+  constexpr uint32_t kRow = kSwizzleBytes;
+  constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
+  constexpr uint32_t kEvenBytes = 0x6420, kOddBytes = 0x7531;  // PRMT: bytes 0, 2 / 1, 3 of two
+  static_assert(Config::kBlockN % 32 == 0 && Config::kHeadDim % 16 == 0,
+                "whole k32 steps and 16-byte chunks");
+  static_assert(kWarps == 3, "the units are dealt to three warps below");
+  const uint32_t lane = static_cast<uint32_t>(thread) % 32;
+  const uint32_t warp = static_cast<uint32_t>(thread) / 32;
+  // The row this lane addresses: key 8 (lane / 8) + lane % 8 of V for ldmatrix (whose swizzle,
+  // the key modulo 8, is lane % 8); for stmatrix row lane % 8 of matrix lane / 8, V^T row
+  // 2 (lane % 8) + odd of the chunk's 16 (swizzle: that row modulo 8), in the positions' half
+  // h = lane / 16 (chunk 2 (key_step % 4) + h, so h goes into the lane's swizzle bits too).
+  const uint32_t row = lane % 8, matrix = lane / 8;
+  const uint32_t odd = (matrix % 2) ^ (row >= 4 ? 1u : 0u);
+  const uint32_t vt_row = 2 * row + odd;
+  const uint32_t v_lane = shared_address(v) + (8 * matrix + row) * kRow + (row << 4);
+  const uint32_t vt_lane =
+      shared_address(vt) + vt_row * kRow + (((matrix / 2) ^ (vt_row % 8)) << 4);
+  // The words this lane stores: rows 2p and 2p + 1 to matrices 0 / 1 (or 1 / 0 when p >= 4).
+  const uint32_t first_bytes = lane / 4 < 4 ? kEvenBytes : kOddBytes;
+  const uint32_t second_bytes = lane / 4 < 4 ? kOddBytes : kEvenBytes;
+  if (warp == 0) {
+    sm90_transpose_warp_units<Config, 0, kWarps>(v_lane, vt_lane, first_bytes, second_bytes);
+  } else if (warp == 1) {
+    sm90_transpose_warp_units<Config, 1, kWarps>(v_lane, vt_lane, first_bytes, second_bytes);
+  } else {
+    sm90_transpose_warp_units<Config, 2, kWarps>(v_lane, vt_lane, first_bytes, second_bytes);
   }
 }
 
