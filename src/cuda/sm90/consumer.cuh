@@ -142,6 +142,17 @@ __device__ __forceinline__ int sm90_warp_first_masked(
   return first > kv_tiles.first_masked ? first : kv_tiles.first_masked;
 }
 
+// The online softmax of a tile row's scores with the configuration's choices: the element type's
+// P offset and the row's FMA-pipe exponentials (softmax.cuh).
+template <class Config, int kAccRegs>
+__device__ __forceinline__ bool sm90_softmax_update(OnlineSoftmaxRows& softmax,
+                                                    float (&s)[kAccRegs], float scale_log2,
+                                                    float (&correction)[2],
+                                                    float allowance = 0.0f) {
+  return softmax.template update<Config::Element::kPOffsetLog2, Config::kFmaExpPeriod>(
+      s, scale_log2, correction, allowance);
+}
+
 // Between S = Q K^T of KV block `n_block` and its P V, for consumers that take the blocks in turn
 // (the decode kernel): the mask where the block needs it, the online softmax, O rescaled by the
 // moved maxima, and P as the A fragments of P V.
@@ -158,7 +169,7 @@ __device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&
                  rows.col_limit[1]);
   }
   float correction[2];
-  softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction);
+  sm90_softmax_update<Config>(softmax, s, scale_log2, correction);
   scale_rows(o, correction);
   accumulator_to_a_fragments<kDType>(s, p);
 }

@@ -186,7 +186,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
                      rows.col_limit[1]);
       }
       // O is still 0: scaling it by this is a no-op.
-      softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction);
+      sm90_softmax_update<Config>(softmax, s, scale_log2, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
     sm90_trace(Sm90Event::kSoftmaxDone);
@@ -225,7 +225,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         }
         const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
         const bool moved =
-            softmax.update<Config::Element::kPOffsetLog2>(s, scale_log2, correction, allowance);
+            sm90_softmax_update<Config>(softmax, s, scale_log2, correction, allowance);
         if (kLazy) rescale = __any_sync(0xffffffff, moved);
         sm90_trace(Sm90Event::kSoftmaxDone);
 

@@ -87,7 +87,9 @@ struct OnlineSoftmaxRows {
   // kPOffsetLog2: the probabilities are taken as exp2(s - max + kPOffsetLog2), in
   // [0, 2^kPOffsetLog2] (FP8: Sm90ElementTraits); O and the sum carry the same factor, which
   // finalize() takes out of lse and which cancels in O / l.
-  template <int kPOffsetLog2 = 0, int kAccRegs>
+  // kFmaExpPeriod: one 4-score chunk in kFmaExpPeriod takes its exponentials on the FMA pipe
+  // (exp2_fma) instead of MUFU.EX2; 0: none.
+  template <int kPOffsetLog2 = 0, int kFmaExpPeriod = 0, int kAccRegs>
   __device__ __forceinline__ bool update(float (&s)[kAccRegs], float scale_log2,
                                          float (&correction)[2], float allowance = 0.0f) {
     // Four partial maxima per row, so the reduction is a short tree, not one chain of
@@ -128,7 +130,9 @@ struct OnlineSoftmaxRows {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
-        const float p = exp2_approx(fmaf(s[4 * chunk + e], scale_log2, -subtrahend[r]));
+        const float x = fmaf(s[4 * chunk + e], scale_log2, -subtrahend[r]);
+        const bool on_fma = kFmaExpPeriod > 0 && chunk % kFmaExpPeriod == kFmaExpPeriod - 1;
+        const float p = on_fma ? exp2_fma(x) : exp2_approx(x);
         s[4 * chunk + e] = p;
         row_sum[r] += p;
       }

@@ -37,7 +37,13 @@ enum class Sm90Switch : unsigned {
   kSkipRowlessConsumers = 1u << 4,
   // The consumers issue their GEMMs without taking turns (no ping-pong, consumer_overlap.cuh).
   kNoPingPong = 1u << 5,
+  // One softmax exponential in kSm90FmaExpPeriod on the FMA pipe (exp2_fma) instead of MUFU.EX2.
+  kFmaExp2 = 1u << 6,
 };
+// FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
+// as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
+// (docs/kernels.md, run 126).
+constexpr int kSm90FmaExpPeriod = 8;
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
@@ -85,6 +91,7 @@ constexpr Sm90Switch kWarpMask = Sm90Switch::kWarpMaskStart;
 constexpr Sm90Switch kDead = Sm90Switch::kSkipDeadBlocks;
 constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
 constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
+constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -128,15 +135,20 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              staging: O stored from registers; registers O 128 + S 64 + P 16 + ~40 = 248,
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
-    //   Both without ping-pong turns: +0-5% (run 120); wider d128 tiles lost 10-30% (run 119).
+    //   Both without ping-pong turns: +0-5% (run 120), and 1 exponential in 8 on the FMA pipe:
+    //   +3% (run 126); wider d128 tiles lost 10-30% (run 119).
     { 128, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
