@@ -110,7 +110,7 @@ TEST_P(GpuSm90Fp8, MatchesTheFp8Rule) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSm90Fp8, ::testing::Values(64, 128, 256),
+INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSm90Fp8, ::testing::Values(64, 96, 128, 256),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "d" + std::to_string(info.param);
                          });

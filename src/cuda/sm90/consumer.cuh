@@ -29,12 +29,13 @@ struct Sm90ConsumerMathBase {
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
   using GemmS = GemmS_;
 
-  // Issues S = Q K^T (not waited for).
+  // Issues S = Q K^T (not waited for), over the Config::kQkHeadDim columns that are not
+  // zero-filled padding.
   __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
                                                   uint32_t k_tile) {
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kHeadDim / kWgmmaK; ++k) {
+    for (int k = 0; k < Config::kQkHeadDim / kWgmmaK; ++k) {
       GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
                 kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
     }
