@@ -22,7 +22,7 @@ using namespace flashcore::detail;
 
 template <int kHeadDim_, int kBlockN_>
 struct TransposeShape {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kComputedHeadDim = kHeadDim_;
 };
 
 constexpr int kRowBytes = 128;

@@ -29,13 +29,13 @@ struct Sm90ConsumerMathBase {
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
   using GemmS = GemmS_;
 
-  // Issues S = Q K^T (not waited for), over the Config::kQkHeadDim columns that are not
+  // Issues S = Q K^T (not waited for), over the Config::kComputedHeadDim columns that are not
   // zero-filled padding.
   __device__ __forceinline__ static void issue_qk(float (&s)[kSAccRegs], uint32_t q_slab,
                                                   uint32_t k_tile) {
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < Config::kQkHeadDim / kWgmmaK; ++k) {
+    for (int k = 0; k < Config::kComputedHeadDim / kWgmmaK; ++k) {
       GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
                 kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
     }
@@ -81,13 +81,15 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
     : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
   using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
   using Base::kHeadDim;
-  using Base::kOAccRegs;
   using Base::kPSteps;
   static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
-  using GemmO = WgmmaM64K32E4M3<Config::kHeadDim>;
+  // O holds the computed columns only (Config::kComputedHeadDim; the epilogue's loops follow the
+  // register count, and the O store drops the padding columns it never wrote).
+  static constexpr int kOAccRegs = Config::kComputedHeadDim / 2;
+  using GemmO = WgmmaM64K32E4M3<Config::kComputedHeadDim>;
 
   // vt_tile: head_dim rows of BLOCK_N keys, K-major (kmajor_descriptor's 32-byte steps are the
-  // k32 steps over the keys).
+  // k32 steps over the keys); O = P V^T reads its first kComputedHeadDim rows.
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
                                                   const uint32_t (&p)[kPSteps][4],
                                                   uint32_t vt_tile) {

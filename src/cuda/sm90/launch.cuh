@@ -94,10 +94,10 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   constexpr int kHeadDim = Config::kHeadDim;
   constexpr DType kDType = Config::kDType;
   if (sm90_kernel_head_dim(params.head_dim, Config::kElementBytes) != kHeadDim ||
-      params.head_dim > Config::kQkHeadDim) {
-    throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) + " (S over " +
-                std::to_string(Config::kQkHeadDim) + " columns) called with head_dim " +
-                std::to_string(params.head_dim));
+      params.head_dim > Config::kComputedHeadDim) {
+    throw Error("sm90 backend: kernel for head_dim " + std::to_string(kHeadDim) +
+                " (computing " + std::to_string(Config::kComputedHeadDim) +
+                " columns) called with head_dim " + std::to_string(params.head_dim));
   }
   if (Config::kPacksGroups &&
       !sm90_packs_query_groups(params.heads_q, params.heads_kv, params.seqlen_q)) {
@@ -233,22 +233,22 @@ void run_sm90_forward_configured(const AttentionParams& params) {
 // Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q (the longest sequence's)
 // falls in its bucket, else the next row. Each row is one kernel instantiation per layout in the
 // instance's translation unit.
-// kOutDType: out's dtype (the input dtype, except for fp8 inputs); kQkHeadDim: the columns
-// S = Q K^T multiplies (Sm90TileConfig; 0: all).
+// kOutDType: out's dtype (the input dtype, except for fp8 inputs); kComputedHeadDim: the
+// head_dim columns the GEMMs compute (Sm90TileConfig; 0: all).
 template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
-          DType kOutDType = kDType, int kQkHeadDim = 0>
+          DType kOutDType = kDType, int kComputedHeadDim = 0>
 void run_sm90_forward_from_row(const AttentionParams& params) {
   constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
     if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes).max_seqlen_q) {
       run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType,
-                                kQkHeadDim>(params);
+                                kComputedHeadDim>(params);
       return;
     }
   }
-  run_sm90_forward_configured<Sm90TableConfig<kHeadDim, kCausal, kRow, kDType,
-                                              /*kPacksGroups=*/false, kOutDType, kQkHeadDim>,
-                              kCausal, Layout>(params);
+  using Config = Sm90TableConfig<kHeadDim, kCausal, kRow, kDType, /*kPacksGroups=*/false,
+                                 kOutDType, kComputedHeadDim>;
+  run_sm90_forward_configured<Config, kCausal, Layout>(params);
 }
 
 // Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built
@@ -274,8 +274,8 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 // that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
 // FP8 (e4m3) inputs: the dense layout, unpacked tiles, one kernel per output type (fp16, bf16);
 // the API refuses fp8 in the serving layouts on sm90 (api/backend.cpp).
-// A padded head_dim (64, 96 on the d128 kernels) computes S over its own columns only
-// (Sm90TileConfig::kQkHeadDim): its own kernels.
+// A padded head_dim (64, 96 on the d128 kernels) computes its own columns only
+// (Sm90TileConfig::kComputedHeadDim): kernels of its own.
 template <int kHeadDim, int kKernelHeadDim, bool kCausal>
 void run_sm90_forward_fp8(const AttentionParams& params) {
   if (!params.is_dense()) {
@@ -284,13 +284,13 @@ void run_sm90_forward_fp8(const AttentionParams& params) {
   }
   constexpr DType kFp8 = DType::kFloat8E4M3;
   constexpr int kWgmmaK = Sm90ElementTraits<kFp8>::kWgmmaK;
-  constexpr int kQkHeadDim = (kHeadDim + kWgmmaK - 1) / kWgmmaK * kWgmmaK;
+  constexpr int kComputedHeadDim = (kHeadDim + kWgmmaK - 1) / kWgmmaK * kWgmmaK;
   if (params.output_dtype() == DType::kFloat16) {
     run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
-                              DType::kFloat16, kQkHeadDim>(params);
+                              DType::kFloat16, kComputedHeadDim>(params);
   } else if (params.output_dtype() == DType::kBFloat16) {
     run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
-                              DType::kBFloat16, kQkHeadDim>(params);
+                              DType::kBFloat16, kComputedHeadDim>(params);
   } else {
     throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +
                 std::to_string(static_cast<int>(params.output_dtype())));

@@ -56,11 +56,13 @@ constexpr int kSm90TileSlotBytes = 32;
 // Row: a type with a `static constexpr Sm90TuningRow kRow` (Sm90TableRow, or a sweep's own).
 // kPacksGroups_: the tiles' rows hold the query heads of a KV group (sm90_packs_query_groups).
 // kOutDType_: the dtype of out (the input dtype, except for fp8 inputs: fp16 or bf16).
-// kQkHeadDim_: the head_dim columns S = Q K^T multiplies (0: all of the kernel's). A call whose
+// kComputedHeadDim_: the head_dim columns the GEMMs compute (0: all of the kernel's). A call whose
 // head_dim the kernel pads (FP8 d64 and d96 on the d128 kernels) passes its own, rounded up to a
-// wgmma K: the zero-filled columns past it would add nothing to S.
+// wgmma K: the zero-filled columns past it add nothing to S = Q K^T, and (FP8) the columns of O
+// past it are the call's padding, which the O store drops; so S takes those K-steps only, O = P V^T
+// that N, and the transposer those rows of V^T.
 template <class Row, DType kDType_, bool kPacksGroups_ = false, DType kOutDType_ = kDType_,
-          int kQkHeadDim_ = 0>
+          int kComputedHeadDim_ = 0>
 struct Sm90TileConfig {
   static constexpr Sm90TuningRow kRow = Row::kRow;
   using Element = Sm90ElementTraits<kDType_>;
@@ -73,9 +75,11 @@ struct Sm90TileConfig {
   static_assert(kRow.consumers == 2 || kRow.consumers == 3, "2 or 3 consumer warpgroups");
 
   static constexpr int kHeadDim = kRow.head_dim;
-  static constexpr int kQkHeadDim = kQkHeadDim_ == 0 ? kHeadDim : kQkHeadDim_;
-  static_assert(kQkHeadDim <= kHeadDim && kQkHeadDim % Element::kWgmmaK == 0,
+  static constexpr int kComputedHeadDim = kComputedHeadDim_ == 0 ? kHeadDim : kComputedHeadDim_;
+  static_assert(kComputedHeadDim <= kHeadDim && kComputedHeadDim % Element::kWgmmaK == 0,
                 "S = Q K^T takes whole wgmma K-steps of the kernel's head_dim");
+  static_assert(kComputedHeadDim == kHeadDim || Element::kTransposesV,
+                "16-bit kernels compute every column (P V reads V MN-major in column blocks)");
   static constexpr bool kPacksGroups = kPacksGroups_;
   static constexpr bool kPersistent = kRow.persistent();
   static constexpr int kConsumerWarpgroups = kRow.consumers;
@@ -191,10 +195,10 @@ struct Sm90TileConfig {
 
 // The configuration of row kIndex of (kHeadDim, kCausal).
 template <int kHeadDim, bool kCausal, int kIndex, DType kDType, bool kPacksGroups = false,
-          DType kOutDType = kDType, int kQkHeadDim = 0>
+          DType kOutDType = kDType, int kComputedHeadDim = 0>
 using Sm90TableConfig =
     Sm90TileConfig<Sm90TableRow<kHeadDim, kCausal, kIndex, Sm90ElementTraits<kDType>::kBytes>,
-                   kDType, kPacksGroups, kOutDType, kQkHeadDim>;
+                   kDType, kPacksGroups, kOutDType, kComputedHeadDim>;
 
 // Row geometry of the query blocks (pure integer functions, so host tests can check them).
 

@@ -72,7 +72,9 @@ __device__ __forceinline__ void sm90_transpose_warp_units(uint32_t v_lane, uint3
   constexpr uint32_t kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
   constexpr uint32_t kRow = kSwizzleBytes;                // bytes of a swizzled row
   constexpr uint32_t kKeySteps = kBlockN / 32;            // 32-key blocks
-  constexpr uint32_t kUnits = kKeySteps * (kHeadDim / 16);
+  // V^T rows past the computed head_dim (a padded call's zero columns) are neither written nor
+  // read: O = P V^T takes the first Config::kComputedHeadDim rows.
+  constexpr uint32_t kUnits = kKeySteps * (Config::kComputedHeadDim / 16);
   constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
   constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
   uint32_t words[4];
@@ -109,7 +111,7 @@ __device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t
   constexpr uint32_t kRow = kSwizzleBytes;
   constexpr uint32_t kWarps = kSm90TransposerThreads / 32;
   constexpr uint32_t kEvenBytes = 0x6420, kOddBytes = 0x7531;  // PRMT: bytes 0, 2 / 1, 3 of two
-  static_assert(Config::kBlockN % 32 == 0 && Config::kHeadDim % 16 == 0,
+  static_assert(Config::kBlockN % 32 == 0 && Config::kComputedHeadDim % 16 == 0,
                 "whole k32 steps and 16-byte chunks");
   static_assert(kWarps == 3, "the units are dealt to three warps below");
   const uint32_t lane = static_cast<uint32_t>(thread) % 32;
