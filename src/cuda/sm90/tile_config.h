@@ -103,7 +103,8 @@ struct Sm90TileConfig {
   // Three consumers (BLOCK_M 192, 512 threads): 24 x 128 + 160 x 384 = 64512.
   // P holds 64 x BLOCK_N elements of Element::kBytes over 128 threads: BLOCK_N / 4 registers
   // in 16 bits, BLOCK_N / 8 in fp8.
-  // The FP8 V transpose (v_transpose.cuh) fits 24 registers too.
+  // The FP8 V transpose (v_transpose.cuh) runs in 24 registers too (d256: two words spilled a
+  // stage, and the TMA thread one 8-byte word a K/V block).
   static constexpr int kConsumerRegisterEstimate =
       kHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
