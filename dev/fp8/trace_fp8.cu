@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda/sm90/launch.cuh"
+#include "../sm90/trace_recorder.h"
 
 using namespace flashcore;
 using namespace flashcore::detail;
@@ -37,7 +38,7 @@ using namespace flashcore::detail;
 namespace {
 
 constexpr int kModelWidth = 2048;  // heads x head_dim, as the standard grid
-constexpr int kLaunches = 3;       // the last launch's timeline is kept
+constexpr int kLaunches = 3;  // the last launch's timeline is kept
 
 void run(const AttentionParams& params) {
   if (params.head_dim == 256) {
@@ -99,14 +100,7 @@ int main(int argc, char** argv) {
   params.set_softmax_scale(1.0f / std::sqrt(float(head_dim)));
   CHECK_CUDA(cudaDeviceGetAttribute(&params.num_sms, cudaDevAttrMultiProcessorCount, 0));
 
-  constexpr size_t kSlots = size_t(kSm90TraceCtas) * kSm90TraceRoles;
-  uint64_t* events = nullptr;
-  uint32_t* counts = nullptr;
-  CHECK_CUDA(cudaMalloc(&events, kSlots * kSm90TraceCapacity * sizeof(uint64_t)));
-  CHECK_CUDA(cudaMalloc(&counts, kSlots * sizeof(uint32_t)));
-  CHECK_CUDA(cudaMemset(counts, 0, kSlots * sizeof(uint32_t)));
-  const Sm90TraceBuffer buffer{events, counts};
-  CHECK_CUDA(cudaMemcpyToSymbol(g_sm90_trace, &buffer, sizeof(buffer)));
+  Sm90TraceRecorder recorder;
 
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
@@ -123,29 +117,7 @@ int main(int argc, char** argv) {
   std::printf("time fp8 d%d s%d (traced): %.3f ms, %.1f TFLOPS\n", head_dim, seqlen, ms,
               flops / (ms * 1e-3) / 1e12);
 
-  std::vector<uint64_t> host_events(kSlots * kSm90TraceCapacity);
-  std::vector<uint32_t> host_counts(kSlots);
-  CHECK_CUDA(cudaMemcpy(host_events.data(), events, host_events.size() * sizeof(uint64_t),
-                        cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(host_counts.data(), counts, host_counts.size() * sizeof(uint32_t),
-                        cudaMemcpyDeviceToHost));
-  const std::string path =
-      dir + "/fp8_d" + std::to_string(head_dim) + "_s" + std::to_string(seqlen) + ".csv";
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) {
-    std::fprintf(stderr, "cannot write %s\n", path.c_str());
-    return 1;
-  }
-  std::fprintf(f, "cta,warpgroup,event,clock\n");
-  for (size_t slot = 0; slot < kSlots; ++slot) {
-    for (uint32_t i = 0; i < host_counts[slot]; ++i) {
-      const uint64_t word = host_events[slot * kSm90TraceCapacity + i];
-      std::fprintf(f, "%zu,%zu,%u,%llu\n", slot / kSm90TraceRoles, slot % kSm90TraceRoles,
-                   unsigned(word >> kSm90TraceClockBits),
-                   static_cast<unsigned long long>(word & kSm90TraceClockMask));
-    }
-  }
-  std::fclose(f);
-  std::printf("trace %s\n", path.c_str());
+  recorder.write_csv(dir + "/fp8_d" + std::to_string(head_dim) + "_s" + std::to_string(seqlen) +
+                     ".csv");
   return 0;
 }

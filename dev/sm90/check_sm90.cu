@@ -30,6 +30,9 @@
 
 #include "cuda/sm90/launch.cuh"
 #include "check_reference.h"
+#ifdef FLASHCORE_SM90_TRACE
+#include "trace_recorder.h"
+#endif
 
 using namespace flashcore;
 using namespace flashcore::detail;
@@ -360,46 +363,16 @@ void time_shape(const ProblemShape& shape, const DeviceProblem& dev,
 // DIR/<variant>__<shape>.csv (cta, warpgroup, event, clock; cuda/sm90/trace.cuh).
 void dump_traces(const ProblemShape& shape, const DeviceProblem& dev,
                  const std::vector<const Variant*>& variants, const std::string& dir) {
-  constexpr size_t kSlots = size_t(kSm90TraceCtas) * kSm90TraceRoles;
-  static uint64_t* events = nullptr;
-  static uint32_t* counts = nullptr;
-  if (events == nullptr) {
-    CHECK_CUDA(cudaMalloc(&events, kSlots * kSm90TraceCapacity * sizeof(uint64_t)));
-    CHECK_CUDA(cudaMalloc(&counts, kSlots * sizeof(uint32_t)));
-    const Sm90TraceBuffer buffer{events, counts};
-    CHECK_CUDA(cudaMemcpyToSymbol(g_sm90_trace, &buffer, sizeof(buffer)));
-  }
-  std::vector<uint64_t> host_events(kSlots * kSm90TraceCapacity);
-  std::vector<uint32_t> host_counts(kSlots);
+  static Sm90TraceRecorder recorder;
   for (const Variant* v : variants) {
     g_variant = v;
-    CHECK_CUDA(cudaMemset(counts, 0, kSlots * sizeof(uint32_t)));
+    recorder.reset();
     for (int i = 0; i < 3; ++i) run(dev.params);
     wait_with_watchdog(shape.describe().c_str());
-    CHECK_CUDA(cudaMemcpy(host_events.data(), events, host_events.size() * sizeof(uint64_t),
-                          cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(host_counts.data(), counts, host_counts.size() * sizeof(uint32_t),
-                          cudaMemcpyDeviceToHost));
     std::string name = v->name + "__" + shape.describe();
     for (char& c : name)
       if (c == ' ' || c == '/' || c == '=') c = '_';
-    const std::string path = dir + "/" + name + ".csv";
-    FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr) {
-      std::printf("cannot write %s\n", path.c_str());
-      std::exit(1);
-    }
-    std::fprintf(f, "cta,warpgroup,event,clock\n");
-    for (size_t slot = 0; slot < kSlots; ++slot) {
-      for (uint32_t i = 0; i < host_counts[slot]; ++i) {
-        const uint64_t word = host_events[slot * kSm90TraceCapacity + i];
-        std::fprintf(f, "%zu,%zu,%u,%llu\n", slot / kSm90TraceRoles, slot % kSm90TraceRoles,
-                     unsigned(word >> kSm90TraceClockBits),
-                     static_cast<unsigned long long>(word & kSm90TraceClockMask));
-      }
-    }
-    std::fclose(f);
-    std::printf("trace %s\n", path.c_str());
+    recorder.write_csv(dir + "/" + name + ".csv");
   }
 }
 #endif
