@@ -24,7 +24,7 @@ struct Sm90ConsumerMathBase {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockN = Config::kBlockN;
   static constexpr int kSAccRegs = kBlockN / 2;
-  static constexpr int kOAccRegs = kHeadDim / 2;
+  static constexpr int kOAccRegs = Config::kComputedHeadDim / 2;  // O's columns past it: padding
   static constexpr int kWgmmaK = Config::Element::kWgmmaK;
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
   using GemmS = GemmS_;
@@ -81,11 +81,11 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
     : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
   using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
   using Base::kHeadDim;
+  using Base::kOAccRegs;
   using Base::kPSteps;
   static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
-  // O holds the computed columns only (Config::kComputedHeadDim; the epilogue's loops follow the
-  // register count, and the O store drops the padding columns it never wrote).
-  static constexpr int kOAccRegs = Config::kComputedHeadDim / 2;
+  // O holds the computed columns only (the epilogue's loops follow the register count, and the
+  // O store drops the padding columns it never wrote).
   using GemmO = WgmmaM64K32E4M3<Config::kComputedHeadDim>;
 
   // vt_tile: head_dim rows of BLOCK_N keys, K-major (kmajor_descriptor's 32-byte steps are the

@@ -131,8 +131,12 @@ struct OnlineSoftmaxRows {
       for (int e = 0; e < 4; ++e) {
         const int r = e / 2;
         const float x = fmaf(s[4 * chunk + e], scale_log2, -subtrahend[r]);
-        const bool on_fma = kFmaExpPeriod > 0 && chunk % kFmaExpPeriod == kFmaExpPeriod - 1;
-        const float p = on_fma ? exp2_fma(x) : exp2_approx(x);
+        float p = 0.0f;
+        if constexpr (kFmaExpPeriod > 0) {
+          p = chunk % kFmaExpPeriod == kFmaExpPeriod - 1 ? exp2_fma(x) : exp2_approx(x);
+        } else {
+          p = exp2_approx(x);
+        }
         s[4 * chunk + e] = p;
         row_sum[r] += p;
       }

@@ -77,12 +77,14 @@ __device__ __forceinline__ void sm90_transpose_warp_units(uint32_t v_lane, uint3
   constexpr uint32_t kUnits = kKeySteps * (Config::kComputedHeadDim / 16);
   constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
   constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
+  // Unit u is key step u % kKeySteps of 16-byte head_dim chunk u / kKeySteps.
+  const auto load = [v_lane](uint32_t unit, uint32_t (&words)[4]) {
+    const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
+    ldmatrix_x4_trans(words, (v_lane + (chunk / 8) * kVBlockBytes + key_step * 32 * kRow) ^
+                                 ((chunk % 8) << 4));
+  };
   uint32_t words[4];
-  if constexpr (kWarp < kUnits) {
-    constexpr uint32_t kChunk = kWarp / kKeySteps, kKeyStep = kWarp % kKeySteps;
-    ldmatrix_x4_trans(words, (v_lane + (kChunk / 8) * kVBlockBytes + kKeyStep * 32 * kRow) ^
-                                 ((kChunk % 8) << 4));
-  }
+  if constexpr (kWarp < kUnits) load(kWarp, words);
 #pragma unroll
   for (uint32_t unit = kWarp; unit < kUnits; unit += kWarps) {
     const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
@@ -90,13 +92,7 @@ __device__ __forceinline__ void sm90_transpose_warp_units(uint32_t v_lane, uint3
                               __byte_perm(words[0], words[1], second_bytes),
                               __byte_perm(words[2], words[3], first_bytes),
                               __byte_perm(words[2], words[3], second_bytes)};
-    // The next unit's load goes out before this unit's store.
-    const uint32_t next = unit + kWarps;
-    if (next < kUnits) {
-      const uint32_t next_step = next % kKeySteps, next_chunk = next / kKeySteps;
-      ldmatrix_x4_trans(words, (v_lane + (next_chunk / 8) * kVBlockBytes +
-                                next_step * 32 * kRow) ^ ((next_chunk % 8) << 4));
-    }
+    if (unit + kWarps < kUnits) load(unit + kWarps, words);  // out before this unit's store
     stmatrix_x4((vt_lane + (key_step / 4) * kVtBlockBytes + chunk * 16 * kRow) ^
                     ((2 * (key_step % 4)) << 4),
                 rows);
