@@ -35,6 +35,8 @@
 // goes back to the producer (persistent schedulers).
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/common/mask.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
@@ -109,6 +111,19 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
     ring.advance();
   }
 }
+
+// Which steps of a consumer's KV loop (after the first) apply the mask. With one loop that
+// tests each block (kTested), the mask is a branch between S and its P, where ptxas starts a
+// basic block and puts the P V wait at its top: the whole softmax waits for the consumer's own
+// P V. Two loops, the masked steps (kAll) then the others (kNone), keep the step one basic
+// block, and ptxas issues the wait after the row maxima and the first exponentials (as in
+// FA3's SASS): the softmax then needs less of the other consumer's GEMM time to hide in. Rows
+// with Sm90Switch::kSoftmaxAfterPv keep the one loop (d256 16-bit: its long P V reads P from
+// the registers the softmax works beside; docs/kernels.md, run 132).
+enum class Sm90StepMask { kNone, kAll, kTested };
+constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kNone> kStepsUnmasked{};
+constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kAll> kStepsMasked{};
+constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kTested> kStepsTested{};
 
 // One tile of consumer `consumer`: O and the row statistics of its rows (kComputes), or only the
 // tile's protocol (see the top of this file) with O = 0; then the Epilogue stores O and hands the
@@ -191,7 +206,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
     sm90_trace(Sm90Event::kSoftmaxDone);
 
-    for (int step = 1; step < num_tiles; ++step) {
+    // One step of the loop, its mask as `mask_steps` says.
+    const auto step_once = [&](int step, auto mask_steps) {
+      constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
@@ -219,7 +236,8 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
       if (step == num_tiles - 1) release.after_last_qk();
       if constexpr (kComputes) {
-        if (n_block >= first_masked) {
+        if (kMask == Sm90StepMask::kAll ||
+            (kMask == Sm90StepMask::kTested && n_block >= first_masked)) {
           mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                        rows.col_limit[1]);
         }
@@ -238,6 +256,19 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
         accumulator_to_a_fragments<kDType>(s, p);
       }
+    };
+    if constexpr (Config::kSoftmaxAfterPv) {
+      for (int step = 1; step < num_tiles; ++step) step_once(step, kStepsTested);
+    } else {
+      // The masked steps come first (the blocks run last to first): those whose block lies at
+      // or past the tile's first_masked. Not the warp's own (kWarpMaskStart): every warp of the
+      // warpgroup must run the same loop, since its wgmma instructions are collective; the mask
+      // of a block a warp sees whole changes nothing.
+      const int masked_steps = kv_tiles.tile_at(dead_blocks) - kv_tiles.first_masked + 1;
+      const int masked_end = masked_steps < num_tiles ? masked_steps : num_tiles;
+      int step = 1;
+      for (; step < masked_end; ++step) step_once(step, kStepsMasked);
+      for (; step < num_tiles; ++step) step_once(step, kStepsUnmasked);
     }
 
     // Epilogue of the loop: P V of the last tile.

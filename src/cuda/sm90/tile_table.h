@@ -39,6 +39,10 @@ enum class Sm90Switch : unsigned {
   kNoPingPong = 1u << 5,
   // One softmax exponential in kSm90FmaExpPeriod on the FMA pipe (exp2_fma) instead of MUFU.EX2.
   kFmaExp2 = 1u << 6,
+  // One loop over the KV steps that tests each block for the mask, which makes ptxas put the
+  // P V wait at the top of the softmax (consumer_overlap.cuh); otherwise the masked and the
+  // unmasked steps run as two loops and the softmax starts beside the consumer's own P V.
+  kSoftmaxAfterPv = 1u << 7,
 };
 // FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
 // as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
@@ -92,6 +96,7 @@ constexpr Sm90Switch kDead = Sm90Switch::kSkipDeadBlocks;
 constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
 constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
 constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
+constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -123,9 +128,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     { 128, true,   kAnySeqlen, 160, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy},
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kLazy | sm90_table::kWarpMask},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kLazy | sm90_table::kWarpMask},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     // FP8 (e4m3) rows: head_dim 128 and 256 only (64 runs the 128 kernels on zero-filled
     // columns: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the producer
     // warpgroup); the measurements are in docs/kernels.md ("FP8 kernel").
