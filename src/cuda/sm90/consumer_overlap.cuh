@@ -208,7 +208,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
 
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
-      constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
+      [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
