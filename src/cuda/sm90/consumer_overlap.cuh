@@ -9,11 +9,13 @@
 //                       (K_t released once S_t is done)
 //                       wait P V; release V_{t-1}; O *= correction_t; P_t = S_t
 //   O += P_{n-1} V_{n-1}; release
-// ptxas schedules the P V wait (WARPGROUP.DEPBAR, which has no register inputs) at the top of its
-// basic block, so the softmax of S_t starts once P V_{t-1} has completed: what runs beside a
-// softmax is the other consumer's GEMMs. With Config::kRescaleUnderQk the O *= correction moves to
-// just before the P V that adds to O (between the two issues), so the multiplies run while
-// S = Q K^T is on the tensor cores.
+// ptxas places the P V wait (WARPGROUP.DEPBAR, which has no register inputs) itself: anywhere
+// in its basic block before the first use of O or P. The steps are written so that a step's
+// softmax is one basic block (Sm90StepMask below); ptxas then issues the wait after the row
+// maxima and the first exponentials, which thus run beside the consumer's own P V, and the rest
+// of the softmax beside the other consumer's GEMMs. With Config::kRescaleUnderQk the
+// O *= correction moves to just before the P V that adds to O (between the two issues), so the
+// multiplies run while S = Q K^T is on the tensor cores.
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
@@ -118,8 +120,8 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
 // P V. Two loops, the masked steps (kAll) then the others (kNone), keep the step one basic
 // block, and ptxas issues the wait after the row maxima and the first exponentials (as in
 // FA3's SASS): the softmax then needs less of the other consumer's GEMM time to hide in. Rows
-// with Sm90Switch::kSoftmaxAfterPv keep the one loop (d256 16-bit: its long P V reads P from
-// the registers the softmax works beside; docs/kernels.md, run 132).
+// with Sm90Switch::kSoftmaxAfterPv keep the one loop (d256 16-bit, whose causal rows ran 2-3%
+// slower split and non-causal rows no faster; docs/kernels.md, runs 132 and 140).
 enum class Sm90StepMask { kNone, kAll, kTested };
 constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kNone> kStepsUnmasked{};
 constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kAll> kStepsMasked{};
