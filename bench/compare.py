@@ -135,8 +135,13 @@ def git_commit():
     if os.environ.get("FLASHCORE_COMMIT"):
         return os.environ["FLASHCORE_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
+                                check=True, capture_output=True, text=True).stdout.strip()
+        # Tracked files that differ from HEAD (work in progress, or a copy of the tree whose .git
+        # lags behind its files, as on the accelerator machine): the run is not that commit's.
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO_ROOT,
+                                 capture_output=True).returncode == 1
+        return commit + ("-dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -56,8 +56,17 @@ BENCH="$BUILD_DIR/bench/flashcore-bench"
 export PYTHONPATH="$REPO/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 ANCHORS=${ANCHORS:-.anchors}
 ANCHOR_SITE=${ANCHOR_SITE:-/tmp/flashcore-anchors}
-# The accelerator machine gets the tree without .git: pass FLASHCORE_COMMIT=<sha> along.
-COMMIT=${FLASHCORE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+# The accelerator machine's copy of the tree has no .git, or one that lags behind its files: pass
+# FLASHCORE_COMMIT=<sha> along. Without it, a tree whose tracked files differ from HEAD is
+# <sha>-dirty (as bench/compare.py stamps it).
+if [ -n "${FLASHCORE_COMMIT:-}" ]; then
+  COMMIT=$FLASHCORE_COMMIT
+else
+  COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [ "$COMMIT" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then
+    COMMIT=$COMMIT-dirty
+  fi
+fi
 export FLASHCORE_COMMIT=$COMMIT
 
 STEPS=()    # "name|status|seconds|log"
