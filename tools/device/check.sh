@@ -57,16 +57,10 @@ export PYTHONPATH="$REPO/$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 ANCHORS=${ANCHORS:-.anchors}
 ANCHOR_SITE=${ANCHOR_SITE:-/tmp/flashcore-anchors}
 # The accelerator machine's copy of the tree has no .git, or one that lags behind its files: pass
-# FLASHCORE_COMMIT=<sha> along. Without it, a tree whose tracked files differ from HEAD is
-# <sha>-dirty (as bench/compare.py stamps it).
-if [ -n "${FLASHCORE_COMMIT:-}" ]; then
-  COMMIT=$FLASHCORE_COMMIT
-else
-  COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-  if [ "$COMMIT" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then
-    COMMIT=$COMMIT-dirty
-  fi
-fi
+# FLASHCORE_COMMIT=<sha> along. Without it the stamp is bench/compare.py's (<sha>-dirty where
+# tracked files differ from HEAD).
+COMMIT=$(cd bench && "$PYTHON" -c 'import compare; print(compare.git_commit())' 2>/dev/null ||
+  echo unknown)
 export FLASHCORE_COMMIT=$COMMIT
 
 STEPS=()    # "name|status|seconds|log"

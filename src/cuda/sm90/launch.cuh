@@ -283,8 +283,8 @@ void run_sm90_forward_fp8(const AttentionParams& params) {
                 "page_table or kv cache)");
   }
   constexpr DType kFp8 = DType::kFloat8E4M3;
-  constexpr int kWgmmaK = Sm90ElementTraits<kFp8>::kWgmmaK;
-  constexpr int kComputedHeadDim = (kHeadDim + kWgmmaK - 1) / kWgmmaK * kWgmmaK;
+  constexpr int kComputedHeadDim =
+      sm90_round_up(kHeadDim, Sm90ElementTraits<kFp8>::kWgmmaK);
   if (params.output_dtype() == DType::kFloat16) {
     run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
                               DType::kFloat16, kComputedHeadDim>(params);

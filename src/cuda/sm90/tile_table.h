@@ -219,9 +219,11 @@ constexpr int kSm90HeadDimGranule = 64;
 // The kernel head_dim that serves a call's head_dim: the next multiple of a column block (64
 // 16-bit or 128 8-bit elements). 96 runs the 128 kernels, which compute the zero-filled extra
 // columns too; in fp8, 64 does as well.
+constexpr int sm90_round_up(int value, int multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
 constexpr int sm90_kernel_head_dim(int head_dim, int input_bytes = 2) {
-  const int granule = kSm90HeadDimGranule * 2 / input_bytes;
-  return (head_dim + granule - 1) / granule * granule;
+  return sm90_round_up(head_dim, kSm90HeadDimGranule * 2 / input_bytes);
 }
 
 // The row of packed calls (kv_split_plan.h): the shortest-sequence row, whose bucket holds every
