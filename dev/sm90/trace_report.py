@@ -17,6 +17,7 @@ from collections import defaultdict
 
 EVENTS = {1: "tile_begin", 2: "q_ready", 3: "k_ready", 4: "v_ready", 5: "turn", 6: "issued",
           7: "s_ready", 8: "softmax_done", 9: "pv_done", 10: "epilogue_done",
+          11: "o_staging_free", 12: "o_staged",
           20: "claimed", 21: "k_slot_free", 22: "v_slot_free", 23: "q_slot_free"}
 
 

@@ -29,6 +29,8 @@ enum class Sm90Event : uint8_t {
   kSoftmaxDone = 8,   // consumer: P computed
   kPvDone = 9,        // consumer: O += P V completed
   kEpilogueDone = 10, // consumer: O handed to the TMA store
+  kOStagingFree = 11, // consumer: its O staging buffer is free (normalized O still in registers)
+  kOStaged = 12,      // consumer: O written to the staging buffer, every thread past the barrier
   kClaimed = 20,      // producer: next tile known
   kKSlotFree = 21,    // producer: k_empty waited (K load issued next)
   kVSlotFree = 22,    // producer: v_empty waited (V load issued next)
