@@ -15,10 +15,10 @@ Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_b
 0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
 FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage into a V^T stage
 (vt_full / v_raw_empty), the consumers read V^T, and the producer stops the transposer after its
-last V with the stop word; O staged in its own buffer or stored from registers ("regs"); with
-ping-pong turns and without (ping_pong=False, the fp8 rows' Sm90Switch::kNoPingPong). Two FP8
-mutants must fail: a stop that waits for the next stage only, a transposer that does not wait for
-v_empty before overwriting V^T.
+last V with the stop word; O staged in its own buffer, in a raw V stage or stored from registers
+("regs"); with ping-pong turns and without (ping_pong=False, the fp8 rows'
+Sm90Switch::kNoPingPong). Two FP8 mutants must fail: a stop that waits for the next stage only,
+a transposer that does not wait for v_empty before overwriting V^T.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -273,7 +273,7 @@ class Cta:
     def epilogue(self, c, tile_id, ring, has_rows):
         # A consumer without rows stages O like the others but issues no store.
         who = f"c{c}"
-        if self.staging == "regs":  # FP8 d256: O from registers, no shared memory
+        if self.staging == "regs":  # FP8 with V stages smaller than O: no shared memory
             return
             yield
         if self.staging == "vring":
@@ -284,7 +284,9 @@ class Cta:
             for _ in range(c):
                 pos.advance()
             v = f"v{pos.stage}"
-            yield lambda s=pos.stage, ph=pos.phase: self.v_empty[s].passed(ph ^ 1)
+            # (FP8: the raw V stage, once the transposer has read it; the consumers read V^T)
+            v_read = self.v_raw_empty if self.transpose else self.v_empty
+            yield lambda s=pos.stage, ph=pos.phase: v_read[s].passed(ph ^ 1)
             self.smem.write(v, ("O", tile_id, c), who)
             if has_rows:
                 self.smem.start_read(v, ("O", tile_id, c), who + " store")
@@ -465,7 +467,8 @@ def main():
             ("persistent", "vring", False, True), ("pplain", "qslab", False, True),
             ("pplain", "own", False, True), ("pplain", "vring", False, True),
             ("persistent", "own", True, True), ("persistent", "regs", True, True),
-            ("persistent", "own", True, False), ("persistent", "regs", True, False)):
+            ("persistent", "own", True, False), ("persistent", "regs", True, False),
+            ("persistent", "vring", True, True), ("persistent", "vring", True, False)):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))

@@ -192,7 +192,8 @@ TEST(Sm90Fp8Layout, APositionsArePermutedKeysOfTheSameLane) {
 }
 
 // FP8 head dims and tiles: 64 and 96 run the d128 kernels (a column block is 128 bytes), and the
-// fp8 rows fit shared memory with O staged (d128) or stored from registers (d256).
+// fp8 rows fit shared memory with O staged in a buffer of its own (d128) or in a raw V stage
+// (d256: 128 keys x 256 bytes hold a consumer's 64 rows of 16-bit O).
 TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(sm90_kernel_head_dim(64, 1), 128);
   EXPECT_EQ(sm90_kernel_head_dim(96, 1), 128);
@@ -209,7 +210,8 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   using D256 = Sm90TableConfig<256, true, 0, DType::kFloat8E4M3, false, DType::kFloat16>;
   static_assert(D128::kTransposesV && D256::kTransposesV);
   EXPECT_EQ(D128::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
-  EXPECT_EQ(D256::kPersistentOStaging, Sm90OStaging::kRegisters);
+  EXPECT_EQ(D256::kPersistentOStaging, Sm90OStaging::kVRing);
+  EXPECT_EQ(D256::kKVTileBytes, D256::kOSlabBytes);
   EXPECT_LE(D128::kSmemBytes, D128::kMaxSmemBytes);
   EXPECT_LE(D256::kSmemBytes, D256::kMaxSmemBytes);
   EXPECT_EQ(D128::kVtTileBytes, 128 * 128);

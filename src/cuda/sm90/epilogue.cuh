@@ -25,6 +25,7 @@
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/trace.cuh"
 
 namespace flashcore::detail {
 
@@ -131,7 +132,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 
   // A slab that crosses the end of a packed sequence: its rows past the end belong to the next
   // sequence, so its O goes out through ordinary stores bounded by this one (not TMA's).
-  // O with no staging buffer (Sm90OStaging::kRegisters, FP8 d256) goes out that way too, and
+  // O with no staging buffer (Sm90OStaging::kRegisters) goes out that way too, and
   // nothing of shared memory is used: Q went back after the last S = Q K^T.
   constexpr bool kFromRegisters = Config::kPersistentOStaging == Sm90OStaging::kRegisters;
   bool bounded_store = !writes_split && Layout::o_rows_overrun(params) &&
@@ -147,6 +148,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     if (thread_in_warpgroup == 0) tma_store_wait_reads();
     named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   }
+  sm90_trace(Sm90Event::kOStagingFree);
 #pragma unroll
   for (int chunk = 0; chunk < kOAccRegs / kAccRegsPerChunk; ++chunk) {
     const int col = kAccChunkColumns * chunk + kAccPairColumns * (lane % kAccLanesPerRow);
@@ -159,6 +161,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
+  sm90_trace(Sm90Event::kOStaged);
   if (thread_in_warpgroup == 0) {
     if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
         !bounded_store) {
@@ -192,9 +195,10 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 }
 
 // The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type). O
-// goes out through its own staging buffer, or a V stage once every consumer has read the V there
-// (persistent CTAs, which hand Q back early), else through the consumer's Q slab, or (FP8 d256)
-// from registers; then the Q phase moves on. `state.ring` is already past the tile's last V.
+// goes out through its own staging buffer, or a V stage once every reader of the V there is done
+// (persistent CTAs, which hand Q back early), else through the consumer's Q slab, or (FP8 with V
+// stages smaller than O) from registers; then the Q phase moves on. `state.ring` is already past
+// the tile's last V.
 template <DType kDType, class Config, class Layout>
 struct Sm90Epilogue {
 template <int kOAccRegs>
@@ -211,7 +215,7 @@ __device__ __forceinline__ static void store(float (&o)[kOAccRegs],
   uint8_t* staging = smem.q_slab(consumer);
   if (release.stages_o_in_v_ring()) {
     const Sm90VStaging<Config::kStages> v_staging(state.ring, consumer);
-    mbarrier_wait_parity(smem.v_empty(v_staging.stage), v_staging.read_parity);
+    mbarrier_wait_parity(smem.v_load_empty(v_staging.stage), v_staging.read_parity);
     staging = smem.v_tile(v_staging.stage);
   } else if (release.stages_o_in_own_buffer()) {
     staging = smem.o_staging(consumer);

@@ -46,7 +46,8 @@ enum class Sm90OStaging : int {
   kQSlab = 0,      // the consumer's Q slab: the next Q loads only after the store has read it
   kOwnBuffer = 1,  // a buffer of its own past the K/V ring: Q goes back after the last S = Q K^T
   kVRing = 2,      // a V stage (no room for a buffer): Q goes back after the last S = Q K^T too
-  kRegisters = 3,  // none (FP8 d256): O goes out from registers, Q back after the last S = Q K^T
+  kRegisters = 3,  // none (FP8, V stages smaller than O): O goes out from registers, Q back
+                   // after the last S = Q K^T
 };
 
 // The persistent schedulers' tile slot behind the mbarriers: the decoded Sm90Tile (five ints,
@@ -170,17 +171,15 @@ struct Sm90TileConfig {
   // (before the epilogue) instead of after the O store has read the slab.
   static constexpr bool kSeparateOStaging = kCoreSmemBytes + kOBytes <= kMaxSmemBytes;
   static constexpr int kSmemBytes = kCoreSmemBytes + (kSeparateOStaging ? kOBytes : 0);
-  // Where no separate buffer fits (d256 n80: 64 KB Q + 160 KB K/V), a persistent CTA stages O in
-  // the V stages instead, consumer c's in the stage c places past the tile's last V (each Q slab
-  // fits a stage), once every consumer has read the V there. Q then goes back after the last
-  // S = Q K^T as with a separate buffer, and the next tile's Q loads under this epilogue. The
-  // producer loads V into a staging stage only after that consumer's O store has read it
-  // (o_free; producer.cuh).
-  // FP8 never stages O in the V ring (the transposer, not the TMA thread, writes the stage the
-  // consumers read) nor in a Q slab (half O's bytes): where no buffer of its own fits (d256), its
-  // O goes out from registers (kRegisters).
-  static constexpr bool kOStagingInVRing = !kTransposesV && !kSeparateOStaging &&
-                                           kKVTileBytes >= kQSlabBytes &&
+  // Where no separate buffer fits (d256 n80: 64 KB Q + 160 KB K/V; FP8 d256 n128: 224 KB), a
+  // persistent CTA stages O in the V stages instead, consumer c's in the stage c places past the
+  // tile's last V (a stage holds a consumer's 16-bit O), once every reader of the V there is done:
+  // the consumers, or with V transposed the transposer (the consumers read V^T). Q then goes back
+  // after the last S = Q K^T as with a separate buffer, and the next tile's Q loads under this
+  // epilogue. The producer loads V into a staging stage only after that consumer's O store has
+  // read it (o_free; producer.cuh). Where a stage is smaller than O (FP8, 8-bit V against 16-bit
+  // O, at fewer keys than 2 x 64 rows), O goes out from registers (kRegisters).
+  static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kOSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing

@@ -139,7 +139,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   d128 n128: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //   d256 n128: Q 32 KB + 2 x (32 + 32 + 32) KB = 224 KB, no room for the 64 KB of O
-    //              staging: O stored from registers; registers O 128 + S 64 + P 16 + ~40 = 248,
+    //              staging: O staged in the raw V stages (32 KB each, run 145: 1.06x as fast
+    //              as stored from registers); registers O 128 + S 64 + P 16 + ~40 = 248,
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
     //   Both without ping-pong turns: +0-5% (run 120), and 1 exponential in 8 on the FMA pipe:
