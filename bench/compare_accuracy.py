@@ -116,6 +116,11 @@ class Checker:
         self.tol_out = 2 * self.baseline_err_out + OUT_SLACK
         self.tol_lse = 2 * self.baseline_err_lse + LSE_SLACK
 
+    def lse_error(self, lse):
+        """Max error of lse [b, hq, sq] on the checked rows of batch 0."""
+        index = torch.tensor(self.rows, device=lse.device)
+        return max_error(lse[0].index_select(1, index), self.ref_lse)
+
     def check(self, out, lse=None):
         """out [b, sq, hq, d] (whole tensor, checked for non-finite values), lse [b, hq, sq]."""
         index = torch.tensor(self.rows, device=out.device)

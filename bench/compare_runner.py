@@ -222,11 +222,13 @@ class Fa3Impl:
     causal aligned bottom-right, as flashcore's. The wheel is built without fp16
     (FLASHATTENTION_DISABLE_FP16): fp16 configs are n/a. FP8: float8_e4m3fn q/k/v with
     flash_attn_func's q_descale/k_descale/v_descale ([batch, heads_kv] float32), bf16 out.
-    Checked on out only, as SDPA is.
+    Checked on out only, as SDPA is; its lse error is recorded beside (judges_lse False), so
+    FlashCore's can be read against the anchor's on the same inputs.
     `flash_attn_func` None: the wheel is not importable (`import_error` says why)."""
 
     name = "fa3"
     layout = "BSHD contiguous (native)"
+    judges_lse = False
     DTYPE_NAMES = {torch.float16: "fp16", torch.float32: "fp32"}
 
     def __init__(self, flash_attn_func, import_error=None):
@@ -245,8 +247,9 @@ class Fa3Impl:
 
     def checked_output(self, q, k, v, causal, **extra):
         self._refuse(q)
-        return self.func(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal,
-                         **extra), None
+        result = self.func(q, k, v, softmax_scale=q.shape[-1] ** -0.5, causal=causal,
+                           return_attn_probs=True, **extra)
+        return result if isinstance(result, tuple) else (result, None)
 
     def runner(self, q, k, v, causal, **extra):
         self._refuse(q)
@@ -264,7 +267,12 @@ def check_impl(impl, q, k, v, causal, checker, on_gpu, extra=None):
         out, lse = impl.checked_output(q, k, v, causal, **extra)
         if on_gpu:
             torch.cuda.synchronize()
-        result.update(checker.check(out, lse))
+        if getattr(impl, "judges_lse", True):
+            result.update(checker.check(out, lse))
+        else:
+            result.update(checker.check(out))
+            if lse is not None and hasattr(checker, "lse_error"):
+                result.update(max_err_lse=checker.lse_error(lse), lse_judged=False)
         del out, lse
         timed = (impl.name, impl.runner(q, k, v, causal, **extra),
                  getattr(impl, "context", None))

@@ -213,4 +213,16 @@ def test_fa3_cells_for_a_missing_wheel_and_fp16(runner):
 
     result, timed = runner.check_impl(fa3, q, q, q, True, PassingChecker(), on_gpu=True)
     assert result["status"] == "ok" and timed[0] == "fa3"
-    assert calls == [{"softmax_scale": 128 ** -0.5, "causal": True}]
+    assert calls == [{"softmax_scale": 128 ** -0.5, "causal": True, "return_attn_probs": True}]
+
+
+def test_fa3_lse_is_recorded_but_not_judged(runner):
+    class LseChecker(PassingChecker):
+        def lse_error(self, lse):
+            return 0.5  # far past any tolerance: must not turn the result into a failure
+
+    q = FakeTensor("q", MIB)
+    fa3 = runner.Fa3Impl(lambda *args, **kwargs: ("out", "lse"))
+    result, timed = runner.check_impl(fa3, q, q, q, True, LseChecker(), on_gpu=True)
+    assert result["status"] == "ok" and result["pass"] and timed is not None
+    assert result["max_err_lse"] == 0.5 and result["lse_judged"] is False
