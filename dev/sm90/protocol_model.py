@@ -159,6 +159,8 @@ class Cta:
         self.early = self.staging != "qslab"
         # vring: consumer c's O store has read V stage (next + c); the producer waits before
         # loading that tile's V_c there.
+        # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
+        self.lone_store_wait = transpose
         self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(2)]
         self.smem = Smem(stages)
         self.q_full = MBarrier("q_full", 1)
@@ -288,6 +290,19 @@ class Cta:
             v_read = self.v_raw_empty if self.transpose else self.v_empty
             yield lambda s=pos.stage, ph=pos.phase: v_read[s].passed(ph ^ 1)
             self.smem.write(v, ("O", tile_id, c), who)
+            if self.lone_store_wait:
+                # The storing thread alone waits for the store's reads and arrives on o_free
+                # last; the consumer's other threads arrive at once and go on to the next tile.
+                self.o_free[c].arrive(127)
+
+                def store_read(v=v, c=c, who=who, has_rows=has_rows):
+                    if has_rows:
+                        self.smem.end_read(v, who + " store")
+                    self.o_free[c].arrive()
+                if has_rows:
+                    self.smem.start_read(v, ("O", tile_id, c), who + " store")
+                self.async_events.append(store_read)
+                return
             if has_rows:
                 self.smem.start_read(v, ("O", tile_id, c), who + " store")
                 yield lambda: True

@@ -204,8 +204,15 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   for (bool causal : {false, true}) {
     EXPECT_EQ(sm90_row_count(128, causal, 1), 1);
     EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
-    EXPECT_EQ(sm90_row_count(64, causal, 1), 0);
+    EXPECT_EQ(sm90_row_count(64, causal, 1), 1);
   }
+  // FP8 d64 has rows of its own on d128 tiles (128-byte rows of zero-filled columns), computing
+  // its 64 columns: three consumers fit 160 registers each, O in a buffer of its own.
+  using D64 = Sm90TableConfig<64, true, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  static_assert(D64::kHeadDim == 128 && D64::kComputedHeadDim == 64);
+  static_assert(D64::kConsumerWarpgroups == 3 && D64::kConsumerRegisters == 160);
+  EXPECT_EQ(D64::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
+  EXPECT_LE(D64::kSmemBytes, D64::kMaxSmemBytes);
   using D128 = Sm90TableConfig<128, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
   using D256 = Sm90TableConfig<256, true, 0, DType::kFloat8E4M3, false, DType::kFloat16>;
   static_assert(D128::kTransposesV && D256::kTransposesV);
@@ -230,6 +237,12 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0 && Bf16::kPingPong);
   EXPECT_EQ(Bf16::kBarrierCount, 2 + 4 * Bf16::kStages + Bf16::kConsumerWarpgroups);
   EXPECT_EQ(Bf16::kOBytes, Bf16::kQBytes);
+  // Both d256 kinds stage O in a V stage; in the FP8 one only the storing thread waits for the
+  // store's read, in the 16-bit one (which takes turns) the whole warpgroup.
+  using Bf16D256 = Sm90TableConfig<256, true, 0, DType::kBFloat16>;
+  EXPECT_EQ(Bf16D256::kPersistentOStaging, Sm90OStaging::kVRing);
+  static_assert(D256::kLoneStoreWait && !Bf16D256::kLoneStoreWait);
+  static_assert(!D128::kLoneStoreWait);  // O in a buffer of its own: no o_free
 }
 
 }  // namespace

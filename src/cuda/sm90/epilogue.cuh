@@ -5,8 +5,8 @@
 // stage: consumer.cuh) in the 128-byte-swizzled column-block layout, then one thread stores it
 // with TMA. Persistent schedulers: staged in the Q slab or a V stage, that thread waits only until
 // the store has read the buffer, and every thread tells the producer it is free (q_empty /
-// o_free); with a buffer of its own (Q already released), nobody waits until the next epilogue
-// reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are
+// o_free; with Config::kLoneStoreWait the others arrive without waiting); with a buffer of its own
+// (Q already released), nobody waits until the next epilogue reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are
 // dropped by the hardware.
 #pragma once
 
@@ -186,6 +186,12 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     } else if (release.staging_read_barrier() != nullptr) {
       tma_store_wait_reads();  // then the buffer may take the next tile's Q or V
     }  // own buffer: the next epilogue waits for the reads, the kernel's end for the writes
+  }
+  if (Config::kLoneStoreWait && release.stages_o_in_v_ring()) {
+    // Every thread arrives at once but the storing one, which arrives once the store has read the
+    // stage: o_free completes then, and the others start the next tile meanwhile.
+    mbarrier_arrive(release.o_free);
+    return;
   }
   if (uint64_t* read_barrier = release.staging_read_barrier()) {
     // Every thread learns that the store has read the buffer, then hands it back itself.

@@ -274,8 +274,8 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 // that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
 // FP8 (e4m3) inputs: the dense layout, unpacked tiles, one kernel per output type (fp16, bf16);
 // the API refuses fp8 in the serving layouts on sm90 (api/backend.cpp).
-// A padded head_dim (64, 96 on the d128 kernels) computes its own columns only
-// (Sm90TileConfig::kComputedHeadDim): kernels of its own.
+// A padded head_dim (64, 96 on d128 tiles) computes its own columns only
+// (Sm90TileConfig::kComputedHeadDim): kernels of its own; 64 also has rows of its own.
 template <int kHeadDim, int kKernelHeadDim, bool kCausal>
 void run_sm90_forward_fp8(const AttentionParams& params) {
   if (!params.is_dense()) {
@@ -285,11 +285,13 @@ void run_sm90_forward_fp8(const AttentionParams& params) {
   constexpr DType kFp8 = DType::kFloat8E4M3;
   constexpr int kComputedHeadDim =
       sm90_round_up(kHeadDim, Sm90ElementTraits<kFp8>::kWgmmaK);
+  // The call's head_dim's own rows where the table has them (d64), else the kernel's.
+  constexpr int kRowHeadDim = sm90_row_count(kHeadDim, kCausal, 1) > 0 ? kHeadDim : kKernelHeadDim;
   if (params.output_dtype() == DType::kFloat16) {
-    run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
+    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Sm90DenseLayout, 0,
                               DType::kFloat16, kComputedHeadDim>(params);
   } else if (params.output_dtype() == DType::kBFloat16) {
-    run_sm90_forward_from_row<kFp8, kKernelHeadDim, kCausal, Sm90DenseLayout, 0,
+    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Sm90DenseLayout, 0,
                               DType::kBFloat16, kComputedHeadDim>(params);
   } else {
     throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +

@@ -208,8 +208,8 @@ struct Sm90QRelease {
   // as its last S = Q K^T completed, unless O is staged in the Q slab: then once the O store has
   // read it (epilogue.cuh).
   Sm90OStaging staging = Sm90OStaging::kQSlab;
-  // kVRing: this consumer's barrier, which every one of its threads arrives on once the O store
-  // has read the V stage.
+  // kVRing: this consumer's barrier, which every one of its threads arrives on, the last once the
+  // O store has read the V stage.
   uint64_t* o_free = nullptr;
   // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage, or
   // stored from registers.

@@ -57,11 +57,12 @@ constexpr int kSm90TileSlotBytes = 32;
 // Row: a type with a `static constexpr Sm90TuningRow kRow` (Sm90TableRow, or a sweep's own).
 // kPacksGroups_: the tiles' rows hold the query heads of a KV group (sm90_packs_query_groups).
 // kOutDType_: the dtype of out (the input dtype, except for fp8 inputs: fp16 or bf16).
-// kComputedHeadDim_: the head_dim columns the GEMMs compute (0: all of the kernel's). A call whose
-// head_dim the kernel pads (FP8 d64 and d96 on the d128 kernels) passes its own, rounded up to a
+// kComputedHeadDim_: the head_dim columns the GEMMs compute (0: the row's head_dim). A call whose
+// head_dim the kernel pads (FP8 d64 and d96 on d128 tiles) computes its own, rounded up to a
 // wgmma K: the zero-filled columns past it add nothing to S = Q K^T, and (FP8) the columns of O
 // past it are the call's padding, which the O store drops; so S takes those K-steps only, O = P V^T
-// that N, and the transposer those rows of V^T.
+// that N, and the transposer those rows of V^T. (FP8 d64 has rows of its own; d96 runs the d128
+// rows and passes 96.)
 template <class Row, DType kDType_, bool kPacksGroups_ = false, DType kOutDType_ = kDType_,
           int kComputedHeadDim_ = 0>
 struct Sm90TileConfig {
@@ -75,8 +76,11 @@ struct Sm90TileConfig {
   static_assert(kRow.input_bytes == Element::kBytes, "a tuning row of another input type");
   static_assert(kRow.consumers == 2 || kRow.consumers == 3, "2 or 3 consumer warpgroups");
 
-  static constexpr int kHeadDim = kRow.head_dim;
-  static constexpr int kComputedHeadDim = kComputedHeadDim_ == 0 ? kHeadDim : kComputedHeadDim_;
+  // A row names the call head_dim it serves; its kernel pads it to whole 128-byte column blocks
+  // (an FP8 d64 row runs d128 tiles) and computes the row's columns only.
+  static constexpr int kHeadDim = sm90_kernel_head_dim(kRow.head_dim, Element::kBytes);
+  static constexpr int kComputedHeadDim =
+      kComputedHeadDim_ == 0 ? sm90_round_up(kRow.head_dim, Element::kWgmmaK) : kComputedHeadDim_;
   static_assert(kComputedHeadDim <= kHeadDim && kComputedHeadDim % Element::kWgmmaK == 0,
                 "S = Q K^T takes whole wgmma K-steps of the kernel's head_dim");
   static_assert(kComputedHeadDim == kHeadDim || Element::kTransposesV,
@@ -107,7 +111,7 @@ struct Sm90TileConfig {
   // The FP8 V transpose (v_transpose.cuh) runs in 24 registers too (d256: two words spilled a
   // stage, and the TMA thread one 8-byte word a K/V block).
   static constexpr int kConsumerRegisterEstimate =
-      kHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
+      kComputedHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
   static constexpr int kProducerRegisters =
       kConsumerWarpgroups == 3 ? 24 : kWideConsumers ? 24 : 40;
@@ -181,6 +185,7 @@ struct Sm90TileConfig {
   // O, at fewer keys than 2 x 64 rows), O goes out from registers (kRegisters).
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kOSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
+  static constexpr bool kLoneStoreWait = kOStagingInVRing && kRow.has(Sm90Switch::kLoneStoreWait);
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing
                                                       : kTransposesV     ? Sm90OStaging::kRegisters

@@ -43,6 +43,10 @@ enum class Sm90Switch : unsigned {
   // P V wait at the top of the softmax (consumer_overlap.cuh); otherwise the masked and the
   // unmasked steps run as two loops and the softmax starts beside the consumer's own P V.
   kSoftmaxAfterPv = 1u << 7,
+  // O staged in a V stage (Sm90OStaging::kVRing) goes back to the producer once the store has read
+  // it, and only the thread that stored it waits for that: the consumer's other threads arrive on
+  // o_free at once and start the next tile. Otherwise the whole warpgroup waits for the read.
+  kLoneStoreWait = 1u << 8,
 };
 // FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
 // as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
@@ -97,6 +101,7 @@ constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
 constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
 constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
 constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
+constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -133,9 +138,13 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
-    // FP8 (e4m3) rows: head_dim 128 and 256 only (64 runs the 128 kernels on zero-filled
-    // columns: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the producer
-    // warpgroup); the measurements are in docs/kernels.md ("FP8 kernel").
+    // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
+    // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
+    // producer warpgroup); the measurements are in docs/kernels.md ("FP8 kernel").
+    //   d64  n128, 3 consumers: Q 24 KB + 2 x (16 + 16 + 16) KB + O staging 48 KB = 168 KB;
+    //              registers O 32 + S 64 + P 16 + ~40 = 152 of 160. 1.13x as fast as the d128
+    //              row (2 consumers) computing 64 columns; with the FMA-pipe exponentials 1.09x,
+    //              with turns 1.10x (run 147)
     //   d128 n128: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //   d256 n128: Q 32 KB + 2 x (32 + 32 + 32) KB = 224 KB, no room for the 64 KB of O
@@ -143,8 +152,16 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              as stored from registers); registers O 128 + S 64 + P 16 + ~40 = 248,
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
-    //   Both without ping-pong turns: +0-5% (run 120), and 1 exponential in 8 on the FMA pipe:
-    //   +3% (run 126); wider d128 tiles lost 10-30% (run 119).
+    //   All without ping-pong turns: +0-5% (run 120); d128 / d256 with 1 exponential in 8 on the
+    //   FMA pipe: +3% (run 126); wider d128 tiles lost 10-30% (run 119). d256 hands its V stages back from
+    //   the storing thread alone: 1.03-1.04x (the 16-bit d256 rows, which take turns, ran their
+    //   causal configs 0.98x with it; run 146).
+    {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
        /*cluster_m=*/1, /*input_bytes=*/1},
@@ -152,11 +169,11 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kLoneWait, /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kLoneWait, /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
@@ -200,7 +217,7 @@ constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input
   }
   return true;
 }
-static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({128, 256}, 1),
+static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({64, 128, 256}, 1),
               "kSm90TuningTable: 1-4 rows per (head_dim, causal, input bytes), ascending "
               "max_seqlen_q, the last one kAnySeqlen");
 
