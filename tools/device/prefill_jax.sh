@@ -78,8 +78,8 @@ batch, heads = max(1, 16384 // seqlen), max(1, 2048 // head_dim)
 flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if mask == "causal" else 1)
 config = f"b{batch} s{seqlen} h{heads} d{head_dim} {mask}"
 speed = lambda anchor: anchor / fc if fc > 0 else float("nan")  # nan stays nan
-cell = lambda x: "-" if x != x else f"{x:.1f}"
-print(f"| {dtype} | {config} | {cell(fc)} | {cell(fa3)} | {speed(fa3):.3f} | {cell(wheel)} | "
-      f"{speed(wheel):.3f} | {flops / fc / 1e6:.0f} |")
+cell = lambda x, digits=1: "-" if x != x else f"{x:.{digits}f}"
+print(f"| {dtype} | {config} | {cell(fc)} | {cell(fa3)} | {cell(speed(fa3), 3)} | {cell(wheel)} | "
+      f"{cell(speed(wheel), 3)} | {cell(flops / fc / 1e6, 0)} |")
 PY
 done
