@@ -6,8 +6,8 @@
 // with TMA. Persistent schedulers: staged in the Q slab or a V stage, that thread waits only until
 // the store has read the buffer, and every thread tells the producer it is free (q_empty /
 // o_free; with Config::kLoneStoreWait the others arrive without waiting); with a buffer of its own
-// (Q already released), nobody waits until the next epilogue reuses the buffer. The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are
-// dropped by the hardware.
+// (Q already released), nobody waits until the next epilogue reuses the buffer. The O tensor map
+// has a per-batch seqlen dimension, so rows past seqlen_q are dropped by the hardware.
 #pragma once
 
 #include <cuda.h>

@@ -153,9 +153,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
     //   All without ping-pong turns: +0-5% (run 120); d128 / d256 with 1 exponential in 8 on the
-    //   FMA pipe: +3% (run 126); wider d128 tiles lost 10-30% (run 119). d256 hands its V stages back from
-    //   the storing thread alone: 1.03-1.04x (the 16-bit d256 rows, which take turns, ran their
-    //   causal configs 0.98x with it; run 146).
+    //   FMA pipe: +3% (run 126); wider d128 tiles lost 10-30% (run 119). In d256 only the storing
+    //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
+    //   take turns, ran their causal configs 0.98x with it; runs 146 and 148).
     {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong,
        /*cluster_m=*/1, /*input_bytes=*/1},
