@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-STANDARD_TOKENS, STANDARD_HIDDEN = 16384, 2048
+from compare_grids import STANDARD_HIDDEN, STANDARD_TOKENS
 
 
 def parse_args(argv):

@@ -71,12 +71,16 @@ for config in "${configs[@]}"; do
   fi
   python3 - "$dtype" "$seqlen" "$head_dim" "$mask" "$fc" "$fa3" "$wheel_us" <<'PY'
 import sys
+sys.path.insert(0, "bench")
+from compare_grids import Config
+from prefill_anchor import parse_args  # the shape the timed processes ran
 dtype, seqlen, head_dim, mask, fc, fa3, wheel = sys.argv[1:]
-seqlen, head_dim = int(seqlen), int(head_dim)
 fc, fa3, wheel = float(fc), float(fa3), float(wheel)
-batch, heads = max(1, 16384 // seqlen), max(1, 2048 // head_dim)
-flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if mask == "causal" else 1)
-config = f"b{batch} s{seqlen} h{heads} d{head_dim} {mask}"
+args = parse_args(["--impl", "flashcore", "--dtype", dtype, "--seqlen", seqlen,
+                   "--head-dim", head_dim] + (["--causal"] if mask == "causal" else []))
+flops = Config(args.batch, args.seqlen, args.seqlen, args.heads, args.heads, args.head_dim,
+               dtype, args.causal).flops()
+config = f"b{args.batch} s{seqlen} h{args.heads} d{head_dim} {mask}"
 speed = lambda anchor: anchor / fc if fc > 0 else float("nan")  # nan stays nan
 cell = lambda x, digits=1: "-" if x != x else f"{x:.{digits}f}"
 print(f"| {dtype} | {config} | {cell(fc)} | {cell(fa3)} | {cell(speed(fa3), 3)} | {cell(wheel)} | "

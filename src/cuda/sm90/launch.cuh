@@ -283,10 +283,11 @@ void run_sm90_forward_fp8(const AttentionParams& params) {
                 "page_table or kv cache)");
   }
   constexpr DType kFp8 = DType::kFloat8E4M3;
-  constexpr int kComputedHeadDim =
-      sm90_round_up(kHeadDim, Sm90ElementTraits<kFp8>::kWgmmaK);
+  using Element = Sm90ElementTraits<kFp8>;
+  constexpr int kComputedHeadDim = sm90_round_up(kHeadDim, Element::kWgmmaK);
   // The call's head_dim's own rows where the table has them (d64), else the kernel's.
-  constexpr int kRowHeadDim = sm90_row_count(kHeadDim, kCausal, 1) > 0 ? kHeadDim : kKernelHeadDim;
+  constexpr int kRowHeadDim =
+      sm90_row_count(kHeadDim, kCausal, Element::kBytes) > 0 ? kHeadDim : kKernelHeadDim;
   if (params.output_dtype() == DType::kFloat16) {
     run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Sm90DenseLayout, 0,
                               DType::kFloat16, kComputedHeadDim>(params);
