@@ -71,8 +71,19 @@ class Sampler:
 
 
 def implementations():
-    return [compare_runner.FlashCoreImpl(flashcore, None), compare_runner.SdpaImpl("cudnn"),
-            compare_runner.SdpaImpl("fa2")]
+    """FlashCore, cuDNN and FA2 through SDPA, and FA3 where the fa3-fwd wheel imports."""
+    impls = [compare_runner.FlashCoreImpl(flashcore, None), compare_runner.SdpaImpl("cudnn"),
+             compare_runner.SdpaImpl("fa2")]
+    try:
+        from fa3_fwd_interface import flash_attn_func
+        impls.append(compare_runner.Fa3Impl(flash_attn_func))
+    except Exception as error:  # not installed, or a build that will not load
+        print(f"FA3 left out: {compare_runner.short_reason(error)}", file=sys.stderr)
+    return impls
+
+
+def watts(power_w):
+    return "n/a" if power_w is None else f"{power_w:.0f}"
 
 
 def segment(fn, seconds, sampler, flops):
@@ -116,6 +127,8 @@ def main():
     parser.add_argument("--shapes", default=None,
                         help="head_dim:causal:seqlen list, e.g. 128:0:1024,64:1:1024 "
                              "(default: the 4k shapes of SHAPES)")
+    parser.add_argument("--dtypes", default=",".join(compare_grids.DTYPES),
+                        help="comma list of the 16-bit dtypes to run (default: %(default)s)")
     args = parser.parse_args()
     shapes = SHAPES
     if args.shapes:
@@ -125,22 +138,27 @@ def main():
     time.sleep(SAMPLER_START_S)
     records = []
     for head_dim, causal, seqlen in shapes:
-        for dtype_name in compare_grids.DTYPES:
+        for dtype_name in args.dtypes.split(","):
             config = compare_grids.standard_config(seqlen, head_dim, dtype_name, causal)
             flops = config.flops()
             dtype = compare_runner.TORCH_DTYPES[dtype_name]
             q, k, v = (torch.randn(config.batch, seqlen, config.heads_q, head_dim, device="cuda",
                                    dtype=dtype) for _ in range(3))
             for impl in implementations():
+                try:
+                    fn = impl.runner(q, k, v, causal)
+                except compare_runner.Unavailable as error:  # FA3 without fp16
+                    print(f"{impl.name} {dtype_name}: {error}", flush=True)
+                    continue
                 context = impl.context() if hasattr(impl, "context") else contextlib.nullcontext()
                 with context:
-                    result = segment(impl.runner(q, k, v, causal), args.seconds, sampler, flops)
+                    result = segment(fn, args.seconds, sampler, flops)
                 result.update(impl=impl.name, dtype=dtype_name, head_dim=head_dim,
                               causal=causal, seqlen=seqlen)
                 records.append(result)
                 print(f"d{head_dim} {'c ' if causal else 'nc'} {seqlen:5} {result['dtype']:8} "
                       f"{impl.name:9} {result['tflops']:6.1f} TFLOPS  SM {result['sm_mhz']} MHz "
-                      f"(min {result['sm_mhz_min']})  {result['power_w']} W  "
+                      f"(min {result['sm_mhz_min']})  {watts(result['power_w'])} W  "
                       f"{result['temp_c']} C  reasons {result['reasons']}  "
                       f"n={result['samples']}", flush=True)
     sampler.stop()
