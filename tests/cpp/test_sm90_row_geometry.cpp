@@ -202,7 +202,7 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(sm90_kernel_head_dim(64), 64);
   EXPECT_EQ(sm90_kernel_head_dim(96), 128);
   for (bool causal : {false, true}) {
-    EXPECT_EQ(sm90_row_count(128, causal, 1), 1);
+    EXPECT_EQ(sm90_row_count(128, causal, 1), 2);  // n128 up to 2k, n192 above
     EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
     EXPECT_EQ(sm90_row_count(64, causal, 1), 1);
   }
@@ -230,6 +230,14 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(D256::kConsumerRegisters, 240);
   EXPECT_EQ(D256::kProducerRegisters, 24);
   EXPECT_EQ(D256::kVtTileBytes, 256 * 128);
+  // d128 above 2k: 192 keys a block, V^T in two 128-key column blocks (the second half used),
+  // O 64 + S 96 + P 24 + ~40 still within the 40 / 232 split, O in a buffer of its own.
+  using D128Long = Sm90TableConfig<128, true, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  static_assert(D128Long::kBlockN == 192 && D128Long::kVtKeyBlocks == 2);
+  EXPECT_EQ(D128Long::kVtTileBytes, 2 * 128 * 128);
+  EXPECT_EQ(D128Long::kConsumerRegisters, 232);
+  EXPECT_EQ(D128Long::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
+  EXPECT_LE(D128Long::kSmemBytes, D128Long::kMaxSmemBytes);
   // Neither takes ping-pong turns; the 16-bit rows all do.
   static_assert(!D128::kPingPong && !D256::kPingPong);
   // The 16-bit configurations are what they were: no V^T, the same barriers.

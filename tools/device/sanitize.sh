@@ -84,6 +84,9 @@ fp8_cases=(
   # (With seqlen_q > seqlen_k, rows that see < ~100 keys miss the 1e-3 lse bound at d256 fp8 on
   # some seeds: docs/kernels.md, run 136.)
   "--dtype fp8 --batch 2 --seqlen-q 600 --seqlen-k 650 --heads-q 16 --heads-kv 4 --head-dim 256 --causal"
+  # d128 past 2048 query rows: 192-key blocks, V^T's second column block half used, key tails.
+  "--dtype fp8 --batch 1 --seqlen-q 2100 --seqlen-k 2300 --heads-q 4 --heads-kv 2 --head-dim 128 --causal"
+  "--dtype fp8 --batch 1 --seqlen-q 2300 --seqlen-k 2100 --heads-q 4 --heads-kv 2 --head-dim 128"
 )
 # Thread-block clusters (d128 non-causal above 2k): 2400 rows are 13 m-blocks of 192, so the
 # second CTA of each head's last cluster has no rows; 2400 keys end in a partial 80-key block.

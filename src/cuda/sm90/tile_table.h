@@ -145,15 +145,21 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              registers O 32 + S 64 + P 16 + ~40 = 152 of 160. 1.13x as fast as the d128
     //              row (2 consumers) computing 64 columns; with the FMA-pipe exponentials 1.09x,
     //              with turns 1.10x (run 147)
-    //   d128 n128: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
+    //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
+    //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
+    //              128-key column blocks, the second half used); registers O 64 + S 96 + P 24
+    //              + ~40 = 224 of 232, no spill. 1.03-1.06x as fast as n128 at 4k-16k,
+    //              0.99-1.00x at 2k, 0.93-0.95x at 1k (run 157); n160 and n192 with turns
+    //              gained less
     //   d256 n128: Q 32 KB + 2 x (32 + 32 + 32) KB = 224 KB, no room for the 64 KB of O
     //              staging: O staged in the raw V stages (32 KB each, run 145: 1.06x as fast
     //              as stored from registers); registers O 128 + S 64 + P 16 + ~40 = 248,
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
-    //   All without ping-pong turns: +0-5% (run 120); d128 / d256 with 1 exponential in 8 on the
-    //   FMA pipe: +3% (run 126); wider d128 tiles lost 10-30% (run 119). In d256 only the storing
+    //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
+    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); n224 at 24 /
+    //   240 registers lost 23-29% (run 119: the producer spills). In d256 only the storing
     //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
     //   take turns, ran their causal configs 0.98x with it; runs 146 and 148).
     {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
@@ -162,10 +168,16 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong,
        /*cluster_m=*/1, /*input_bytes=*/1},
-    { 128, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+    { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
        /*cluster_m=*/1, /*input_bytes=*/1},
-    { 128, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+    { 128, false,  kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
