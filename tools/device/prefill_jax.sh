@@ -40,19 +40,7 @@ kernel_us() {
   ncu --csv --metrics gpu__time_duration.sum --target-processes all \
     python3 bench/prefill_anchor.py --impl "$impl" --calls "$CALLS" "$@" >"$log" 2>&1 ||
     { echo "nan"; return 1; }
-  python3 - "$log" "$CALLS" <<'PY'
-import collections, csv, statistics, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-header, data = rows[0], rows[1:]
-name, value = header.index("Kernel Name"), header.index("Metric Value")
-times = collections.defaultdict(list)
-for r in data:
-    times[r[name]].append(float(r[value].replace(",", "")))
-calls = int(sys.argv[2]) + 1
-candidates = [t for t in times.values() if len(t) == calls]
-best = max(candidates, key=sum) if candidates else None
-print(f"{statistics.median(best[1:]) / 1000:.1f}" if best else "nan")
-PY
+  python3 tools/device/ncu_times.py "$log" --largest-of "$CALLS"
 }
 
 echo "| dtype | config | flashcore us | FA3 (JAX) us | flashcore / FA3 (JAX) speed |" \

@@ -64,22 +64,9 @@ ncu_kernel_us() {
   log="$OUT/ncu_${impl}_$(echo "$*" | tr ' -' '__').csv"
   ncu --csv --metrics gpu__time_duration.sum --target-processes all \
     python3 bench/paged_decode_anchor.py --impl "$impl" "$@" >"$log" 2>&1 || { echo "ncu failed"; return 1; }
-  python3 - "$log" "$impl" <<'PY'
-import csv, statistics, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-header, data = rows[0], rows[1:]
-name, value = header.index("Kernel Name"), header.index("Metric Value")
-# FlashCore: its forward kernels (decode / persistent / combine); FA3: flash kernels.
-keys = ("sm90", "sm80", "combine") if sys.argv[2] == "flashcore" else ("flash", "Flash")
-picked = [(r[name], float(r[value].replace(",", ""))) for r in data
-          if any(k in r[name] for k in keys)]
-# Per call: the kernels of one call run back to back; group by call (same count each call).
-names = [n for n, _ in picked]
-per_call = len(set(names)) if names else 1
-calls = [sum(v for _, v in picked[i:i + per_call]) for i in range(0, len(picked), per_call)]
-calls = calls[1:] if len(calls) > 1 else calls  # the warm-up call
-print(f"{statistics.median(calls) / 1000:.1f}" if calls else "nan")
-PY
+  local keys="flash,Flash"  # FA3: its scheduler-prepare and forward kernels
+  [ "$impl" = flashcore ] && keys="sm90,sm80,combine"
+  python3 tools/device/ncu_times.py "$log" --kernels "$keys"
 }
 
 if [ "$STEP" = check ]; then
