@@ -4,7 +4,8 @@ config, from the median over passes of each side's median time, with the spread 
 between its own passes (the noise the ratios must clear). Where the run timed FA3 beside
 FlashCore, each tree's flashcore / FA3 ratio too (per pass, then the median): FA3 ran in the same
 processes, so it cancels the card's drift between passes.
-Reads OUT_DIR/<grid>_<tree>_<pass>/compare.json.
+Reads OUT_DIR/<grid>_<tree>_<pass>/compare.json, or compare_serving.json (`compare.py --grid
+serving`, whose FlashCore column is `flashcore` and whose FA3 column times only its rows).
 
   python3 tools/device/ab_summary.py OUT_DIR --trees base,new GRID [GRID ...]
   (markdown on stdout; exit 1 if a grid lacks a tree)
@@ -18,8 +19,9 @@ import re
 import statistics
 import sys
 
-IMPL = "flashcore[sm90]"
+IMPL_PREFIX = "flashcore"  # flashcore[sm90] in the grids, flashcore in the serving one
 ANCHOR = "fa3"
+RESULT_FILES = ("compare.json", "compare_serving.json")
 # A config whose ratio falls below this in the summary is listed by name.
 FLAG_BELOW = 0.98
 
@@ -29,11 +31,19 @@ def ok_ms(record, impl):
     return result["median_ms"] if result.get("status") == "ok" and result.get("median_ms") else None
 
 
+def flashcore_ms(record):
+    """The first FlashCore column's time (a run times one FlashCore backend), or None."""
+    names = [name for name in record["results"] if name.startswith(IMPL_PREFIX)]
+    return ok_ms(record, names[0]) if names else None
+
+
 def load(out_dir, grid, trees):
     """{tree: {pass: {config: (flashcore ms, anchor ms or None)}}}; failed results left out."""
     runs = {}
     names = "|".join(re.escape(t) for t in trees)
-    for path in glob.glob(os.path.join(out_dir, f"{grid}_*_*", "compare.json")):
+    paths = [path for name in RESULT_FILES
+             for path in glob.glob(os.path.join(out_dir, f"{grid}_*_*", name))]
+    for path in paths:
         match = re.match(rf"{re.escape(grid)}_({names})_(\d+)$",
                          os.path.basename(os.path.dirname(path)))
         if not match:
@@ -41,7 +51,7 @@ def load(out_dir, grid, trees):
         with open(path) as f:
             records = json.load(f)["records"]
         runs.setdefault(match.group(1), {})[int(match.group(2))] = {
-            r["config"]: (ok_ms(r, IMPL), ok_ms(r, ANCHOR)) for r in records if ok_ms(r, IMPL)}
+            r["config"]: (flashcore_ms(r), ok_ms(r, ANCHOR)) for r in records if flashcore_ms(r)}
     return runs
 
 

@@ -1,0 +1,45 @@
+"""tools/device/ab_summary.py, the summary of a device A B: tree against tree per config from
+the passes' median times, and each tree against FA3, for compare.py's grid JSON and its serving
+JSON alike."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "device"))
+import ab_summary  # noqa: E402
+
+
+def write_run(out_dir, grid, tree, run, flashcore_name, times, file_name):
+    """One pass's results: {config: (flashcore ms, fa3 ms)}."""
+    records = [{"config": config, "results": {
+        flashcore_name: {"status": "ok", "median_ms": ours},
+        "fa3": {"status": "ok", "median_ms": anchor}}} for config, (ours, anchor) in times.items()]
+    folder = out_dir / f"{grid}_{tree}_{run}"
+    folder.mkdir()
+    (folder / file_name).write_text(json.dumps({"records": records}))
+
+
+def test_grid_and_serving_runs(tmp_path, capsys):
+    for run in (1, 2):
+        write_run(tmp_path, "f8", "base", run, "flashcore[sm90]",
+                  {"d128 16k": (2.0, 1.8), "d128 1k": (0.10, 0.10)}, "compare.json")
+        write_run(tmp_path, "f8", "new", run, "flashcore[sm90]",
+                  {"d128 16k": (1.6, 1.8), "d128 1k": (0.11, 0.10)}, "compare.json")
+        write_run(tmp_path, "srv", "base", run, "flashcore",
+                  {"decode paged p1": (0.4, 0.38)}, "compare_serving.json")
+        write_run(tmp_path, "srv", "new", run, "flashcore",
+                  {"decode paged p1": (0.5, 0.38)}, "compare_serving.json")
+    assert ab_summary.main(["ab_summary", str(tmp_path), "--trees", "base,new", "f8", "srv"]) == 0
+    out = capsys.readouterr().out
+    assert "## f8: 2 configs, passes base [1, 2], new [1, 2]" in out
+    assert "| d128 16k | 2.0000 | 1.6000 | 1.250 | 0.900 | 1.125 |" in out
+    assert "below: d128 1k 0.909" in out
+    assert "## srv: 1 configs" in out
+    assert "new / base: geomean 0.8000" in out
+
+
+def test_a_missing_tree_fails(tmp_path, capsys):
+    write_run(tmp_path, "f8", "base", 1, "flashcore[sm90]", {"d64 4k": (1.0, 1.0)}, "compare.json")
+    assert ab_summary.main(["ab_summary", str(tmp_path), "--trees", "base,new", "f8"]) == 1
+    assert "## f8: no results for new" in capsys.readouterr().out
