@@ -293,7 +293,7 @@ class Cta:
             if self.lone_store_wait:
                 # The storing thread alone waits for the store's reads and arrives on o_free
                 # last; the consumer's other threads arrive at once and go on to the next tile.
-                self.o_free[c].arrive(127)
+                self.o_free[c].arrive(self.o_free[c].count - 1)  # all but the storing thread
 
                 def store_read(v=v, c=c, who=who, has_rows=has_rows):
                     if has_rows:
