@@ -27,7 +27,7 @@ fa3_wheel=$(ls .anchors/fa3_fwd*.whl 2>/dev/null | head -1)
 [ -z "$fa3_wheel" ] || [ -f "$SITE/fa3_fwd_interface.py" ] ||
   python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$fa3_wheel"
 export PYTHONPATH="$BUILD_DIR/python:$SITE:${PYTHONPATH:-}"
-CALLS=5
+CALLS=5  # timed calls a process makes after its warm-up (prefill_anchor.py --calls)
 DEFAULT="fp16 4096 64 full;fp16 4096 64 causal;fp16 4096 128 full;fp16 4096 128 causal"
 DEFAULT+=";fp16 16384 64 full;fp16 16384 64 causal;fp16 16384 128 full;fp16 16384 128 causal"
 
