@@ -272,7 +272,7 @@ one config (any of these selects single-config mode):
   --head-dim N         head dimension, 1..256 (64); GPU backends: the head dims they have
                        kernels for (64, 96, 128, 256 in a full build)
   --dtype T            fp16 | bf16 | fp32 | fp8 (fp16); GPU backends take fp16 and bf16, and
-                       sm90 fp8 in the dense layout.
+                       sm90 fp8 in every layout.
                        fp8 (e4m3): inputs quantized per (batch, kv head) with descale =
                        amax / 448, out bf16, checked by the FP8 rule (2x the fp8 baseline's
                        error + 1e-3); the cpu, reference and sm90 (dense) backends run it, sm80

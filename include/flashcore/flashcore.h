@@ -23,8 +23,8 @@
 //   out = softmax(q_deq k_deq^T * softmax_scale) v_deq   (softmax_scale: 1/sqrt(head_dim))
 // float() of an e4m3fn value is exact (no infinities; 0x7F and 0xFF are NaN; the largest finite
 // value is 448). In the serving layouts batch b is sequence b (k_new/v_new are fp8 like the
-// cache). Runs on the cpu and reference backends today; sm80 refuses fp8 (FP8 tensor cores start
-// at sm89), and sm90 reports that it does not run fp8 yet.
+// cache). Runs on the cpu, reference and sm90 backends, in every layout; sm80 refuses fp8 (FP8
+// tensor cores start at sm89).
 //
 // Serving layouts (docs/serving.md), chosen by which optional arguments are set:
 //   varlen    cu_seqlens_q and cu_seqlens_k: q/out [total_q, heads_q, head_dim] and k/v

@@ -18,14 +18,16 @@ namespace flashcore::detail {
 namespace {
 
 constexpr int kChunkBytes = 16;   // one uint4 per thread and tensor
-constexpr int kElementBytes = 2;  // fp16 / bf16
-constexpr int kChunkElems = kChunkBytes / kElementBytes;
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxBlocks = 1 << 16;  // the grid-stride loop covers the rest
 
+// Element: an unsigned integer of the cache's element size (fp16 / bf16, or fp8: the bytes are
+// copied as they are), so that the params' element offsets index it.
+template <class Element>
 __global__ void append_kv_kernel(const __grid_constant__ AttentionParams params,
                                  const __grid_constant__ AppendParams append, int max_new,
                                  int chunks) {
+  constexpr int kChunkElems = kChunkBytes / sizeof(Element);
   const int64_t total = int64_t(params.batch) * max_new * params.heads_kv * chunks;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -39,10 +41,10 @@ __global__ void append_kv_kernel(const __grid_constant__ AttentionParams params,
     if (row >= AppendParams::rows_of(params, b)) continue;
     const int slot = AppendParams::first_slot(params, b) + row;  // < seqlen_k_of(b)
     const int64_t column = int64_t(chunk) * kChunkElems;
-    const auto* k_new = static_cast<const uint16_t*>(append.k_new);
-    const auto* v_new = static_cast<const uint16_t*>(append.v_new);
-    auto* k_cache = static_cast<uint16_t*>(const_cast<void*>(params.k));
-    auto* v_cache = static_cast<uint16_t*>(const_cast<void*>(params.v));
+    const auto* k_new = static_cast<const Element*>(append.k_new);
+    const auto* v_new = static_cast<const Element*>(append.v_new);
+    auto* k_cache = static_cast<Element*>(const_cast<void*>(params.k));
+    auto* v_cache = static_cast<Element*>(const_cast<void*>(params.v));
     *reinterpret_cast<uint4*>(k_cache + params.k_offset(b, slot, head) + column) =
         *reinterpret_cast<const uint4*>(k_new + append.k_new_offset(params, b, row, head) + column);
     *reinterpret_cast<uint4*>(v_cache + params.v_offset(b, slot, head) + column) =
@@ -58,11 +60,11 @@ void require_16_bytes(int64_t value_bytes, const char* name, const std::string& 
 }
 
 void require_chunk_copies(const void* data, int64_t batch_stride, int64_t row_stride,
-                          int64_t head_stride, const char* name) {
+                          int64_t head_stride, int64_t element_bytes, const char* name) {
   require_16_bytes(int64_t(reinterpret_cast<uintptr_t>(data)), name, "data pointer");
-  require_16_bytes(batch_stride * kElementBytes, name, "batch stride");
-  require_16_bytes(row_stride * kElementBytes, name, "row stride");
-  require_16_bytes(head_stride * kElementBytes, name, "head stride");
+  require_16_bytes(batch_stride * element_bytes, name, "batch stride");
+  require_16_bytes(row_stride * element_bytes, name, "row stride");
+  require_16_bytes(head_stride * element_bytes, name, "head stride");
 }
 
 }  // namespace
@@ -70,24 +72,32 @@ void require_chunk_copies(const void* data, int64_t batch_stride, int64_t row_st
 void append_kv_cuda(const AttentionParams& params, const AppendParams& append) {
   if (!append.active()) return;
   if (params.seqused_k == nullptr) throw Error("kv-cache append without cache_seqlens");
-  if (dtype_size(params.dtype) != kElementBytes || params.head_dim % kChunkElems != 0) {
-    throw Error(std::string("the CUDA kv-cache append needs 16-bit elements and a head_dim that "
-                            "is a multiple of 8, not ") +
+  const int64_t element_bytes = int64_t(dtype_size(params.dtype));
+  const int chunk_elems = kChunkBytes / int(element_bytes);
+  if ((element_bytes != 1 && element_bytes != 2) || params.head_dim % chunk_elems != 0) {
+    throw Error(std::string("the CUDA kv-cache append needs 16-bit or fp8 elements and a "
+                            "head_dim of whole 16-byte chunks, not ") +
                 to_string(params.dtype) + " head_dim=" + std::to_string(params.head_dim));
   }
   require_chunk_copies(append.k_new, append.k_batch_stride, append.k_row_stride,
-                       append.k_head_stride, "k_new");
+                       append.k_head_stride, element_bytes, "k_new");
   require_chunk_copies(append.v_new, append.v_batch_stride, append.v_row_stride,
-                       append.v_head_stride, "v_new");
+                       append.v_head_stride, element_bytes, "v_new");
   // Packed appends follow q's sequences, of at most seqlen_q (max_seqlen_q) rows each.
   const int max_new = params.appends_packed ? params.seqlen_q : params.seqlen_new;
-  const int chunks = params.head_dim / kChunkElems;
+  const int chunks = params.head_dim / chunk_elems;
   const int64_t total = int64_t(params.batch) * max_new * params.heads_kv * chunks;
   if (total == 0) return;
   const int64_t blocks = (total + kThreadsPerBlock - 1) / kThreadsPerBlock;
   const int grid = int(blocks < kMaxBlocks ? blocks : kMaxBlocks);
-  append_kv_kernel<<<grid, kThreadsPerBlock, 0, reinterpret_cast<cudaStream_t>(params.stream)>>>(
-      params, append, max_new, chunks);
+  const auto stream = reinterpret_cast<cudaStream_t>(params.stream);
+  if (element_bytes == 1) {
+    append_kv_kernel<uint8_t><<<grid, kThreadsPerBlock, 0, stream>>>(params, append, max_new,
+                                                                     chunks);
+  } else {
+    append_kv_kernel<uint16_t><<<grid, kThreadsPerBlock, 0, stream>>>(params, append, max_new,
+                                                                      chunks);
+  }
   FLASHCORE_CHECK_LAUNCH();
 }
 

@@ -13,8 +13,8 @@ namespace flashcore::detail {
 // (paged or contiguous, through params.k_offset / v_offset): the rows and slots the host append
 // writes, so both stay inside the cache for any cache_seqlens or page-table values. 16-byte
 // copies, asynchronous on params.stream (no host sync, legal under graph capture). Throws Error
-// for tensors those copies cannot serve (a dtype that is not 16-bit, a pointer or stride that is
-// not a multiple of 16 bytes).
+// for tensors those copies cannot serve (a dtype that is neither 16-bit nor fp8, a pointer or
+// stride that is not a multiple of 16 bytes).
 void append_kv_cuda(const AttentionParams& params, const AppendParams& append);
 
 }  // namespace flashcore::detail

@@ -6,6 +6,7 @@
 // descale = amax / 448 (so every descale differs from 1 and from its neighbours), strided BHSD
 // views, fp16 out, and launches with more tiles than SMs (persistent CTAs take several).
 // Every case skips with the reason when it cannot run here (no device, no sm90, not compiled).
+// The serving layouts (varlen, kv caches) in fp8: test_gpu_serving.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -14,7 +15,6 @@
 
 #include "api/kernel_registry.h"
 #include "gpu_runner.h"
-#include "thrown_message.h"
 
 namespace flashcore::test {
 namespace {
@@ -144,30 +144,6 @@ TEST(GpuSm90Fp8Descales, FactorsPerBatchAndKvHead) {
       EXPECT_TRUE(run.report.pass) << s.describe() << ": " << run.report.summary();
     }
   }
-}
-
-// The layouts the FP8 kernel does not run yet are refused with the reason, never run wrongly.
-TEST(GpuSm90Fp8Refusals, VarlenIsRefusedWithTheReason) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  const int64_t total = 64, heads = 2, d = 128;
-  DeviceBuffer q(total * heads * d), k(total * heads * d), v(total * heads * d);
-  DeviceBuffer out(total * heads * d * 2), cu(2 * sizeof(int32_t));
-  const int32_t cu_host[2] = {0, int32_t(total)};
-  GPU_TEST_CHECK(cudaMemcpy(cu.data(), cu_host, sizeof(cu_host), cudaMemcpyHostToDevice));
-  const Device cuda{DeviceType::kCUDA, 0};
-  AttentionArgs args;
-  args.q = make_tensor(q.data(), DType::kFloat8E4M3, cuda, {total, heads, d});
-  args.k = make_tensor(k.data(), DType::kFloat8E4M3, cuda, {total, heads, d});
-  args.v = make_tensor(v.data(), DType::kFloat8E4M3, cuda, {total, heads, d});
-  args.out = make_tensor(out.data(), DType::kBFloat16, cuda, {total, heads, d});
-  args.cu_seqlens_q = make_tensor(cu.data(), DType::kInt32, cuda, {2});
-  args.cu_seqlens_k = make_tensor(cu.data(), DType::kInt32, cuda, {2});
-  args.max_seqlen_q = args.max_seqlen_k = total;
-  args.backend = Backend::kSM90;
-  const std::string error = thrown_message([&] { attention_forward(args); });
-  EXPECT_NE(error.find("backend sm90 runs dtype fp8_e4m3 in the dense layout only"),
-            std::string::npos)
-      << (error.empty() ? "did not throw" : error);
 }
 
 }  // namespace

@@ -251,6 +251,9 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(Bf16D256::kPersistentOStaging, Sm90OStaging::kVRing);
   static_assert(D256::kLoneStoreWait && !Bf16D256::kLoneStoreWait);
   static_assert(!D128::kLoneStoreWait);  // O in a buffer of its own: no o_free
+  // The transposer's words: vt_full, v_raw_empty and v_keys per stage, and the stop word.
+  EXPECT_EQ(D256::kBarrierCount,
+            2 + 4 * D256::kStages + D256::kConsumerWarpgroups + 3 * D256::kStages + 1);
 }
 
 }  // namespace

@@ -828,8 +828,8 @@ TEST_F(Fp8Validation, StridedAndAbsentDescalesAreValid) {
 }
 
 // What the CUDA backends say about fp8, the same on any machine (said before availability):
-// sm80 refuses it, sm90 runs it in the dense layout only (its kernel has no serving path yet).
-TEST_F(Fp8Validation, Sm80RefusesSm90RunsDenseOnly) {
+// sm80 refuses it, sm90 runs it in every layout.
+TEST_F(Fp8Validation, Sm80RefusesSm90RunsEveryLayout) {
   args.q_descale.reset(), args.k_descale.reset(), args.v_descale.reset();
   move_to_cuda();
   args.backend = Backend::kSM80;
@@ -838,25 +838,21 @@ TEST_F(Fp8Validation, Sm80RefusesSm90RunsDenseOnly) {
   args.backend = Backend::kSM90;
   EXPECT_EQ(error_of(args).find("fp8_e4m3"), std::string::npos) << error_of(args);
   const detail::ServingLayout dense;
-  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, dense), "");
-  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kBFloat16, dense), "");
-  const std::string serving_only =
-      "backend sm90 runs dtype fp8_e4m3 in the dense layout only (no cu_seqlens_q, cu_seqlens_k, "
-      "cache_seqlens or page_table)";
   detail::ServingLayout varlen;
   varlen.packed_q = varlen.packed_kv = true;
   detail::ServingLayout paged;
   paged.cache = paged.paged = true;
-  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, varlen), serving_only);
-  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, paged), serving_only);
-  EXPECT_EQ(detail::sm90_unsupported_reason(DType::kBFloat16, paged), "");
-  // No CUDA backend runs a paged fp8 call: auto says why for both, never falls back silently.
-  detail::check_cuda_backends_run(Backend::kSM90, DType::kBFloat16, paged);
-  const std::string auto_error = test::thrown_message(
-      [&] { detail::check_cuda_backends_run(Backend::kAuto, DType::kFloat8E4M3, paged); });
-  EXPECT_EQ(auto_error.rfind(serving_only, 0), 0u) << auto_error;
-  EXPECT_NE(auto_error.find("sm80: dtype fp8_e4m3 needs FP8 tensor cores"), std::string::npos)
-      << auto_error;
+  for (const detail::ServingLayout& layout : {dense, varlen, paged}) {
+    EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, layout), "");
+    EXPECT_EQ(detail::sm90_unsupported_reason(DType::kBFloat16, layout), "");
+    // auto picks sm90 for fp8 in any layout; asked for sm80 by name, the call is refused.
+    detail::check_cuda_backends_run(Backend::kAuto, DType::kFloat8E4M3, layout);
+    detail::check_cuda_backends_run(Backend::kSM90, DType::kFloat8E4M3, layout);
+    const std::string sm80_error = test::thrown_message(
+        [&] { detail::check_cuda_backends_run(Backend::kSM80, DType::kFloat8E4M3, layout); });
+    EXPECT_NE(sm80_error.find("dtype fp8_e4m3 needs FP8 tensor cores"), std::string::npos)
+        << sm80_error;
+  }
 }
 
 TEST_F(ServingValidation, Fp8CacheTakesFp8NewTokens) {

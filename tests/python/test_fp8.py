@@ -513,3 +513,60 @@ def test_cuda_fp8_float16_out_bhsd():
     assert out.dtype == torch.float16 and out.shape == q.shape
     check_fp8("bhsd sm90", out.transpose(1, 2).float().cpu().numpy(), None, inputs, causal,
               out_dtype="float16")
+
+
+@pytest.mark.gpu
+def test_cuda_fp8_varlen():
+    """A ragged fp8 batch (an empty query, q shorter than k) on CUDA tensors through the sm90
+    kernel's serving layout, each sequence checked by the FP8 rule."""
+    torch = _torch()
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 kernel is sm90's")
+    rng = np.random.default_rng(7)
+    lengths_q, lengths_k = [5, 0, 65, 1, 300], [5, 17, 127, 64, 300]
+    packed, descales, sequences = _varlen_case(rng, lengths_q, lengths_k, 8, 2, 128, 1.0)
+    cu_q, cu_k = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    out, lse = flashcore.attention_varlen(
+        *(_torch_fp8(c).cuda() for c in packed), torch.from_numpy(cu_q).cuda(),
+        torch.from_numpy(cu_k).cuda(), max(lengths_q), max(lengths_k), causal=True,
+        return_lse=True, **{n: torch.from_numpy(d).cuda()
+                            for n, d in zip(_arrays.DESCALE_NAMES, descales)})
+    torch.cuda.synchronize()
+    out, lse = out.float().cpu().numpy(), lse.cpu().numpy()
+    for b, seq in enumerate(sequences):
+        rows = slice(cu_q[b], cu_q[b + 1])
+        if lengths_q[b]:
+            check_fp8(f"sequence {b} sm90", out[rows][None], lse[:, rows][None], seq,
+                      causal=True, lse_slack=FP8_KERNEL_LSE_SLACK)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_cuda_fp8_paged_kvcache_append(page_size):
+    """A paged fp8 cache (NaN codes in every slot no sequence owns) with the new tokens
+    appended, on CUDA tensors through the sm90 kernel: out by the FP8 rule, the cache holding
+    the appended codes as they are."""
+    torch = _torch()
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 kernel is sm90's")
+    rng = np.random.default_rng(8)
+    cached, new = [5, 40, 300], [2, 2, 2]
+    cache, q, k_new, v_new, descales, sequences = _paged_case(rng, cached, new, 8, 2, 128,
+                                                              page_size, 1.0)
+    k_cache, v_cache = _torch_fp8(cache.k).cuda(), _torch_fp8(cache.v).cuda()
+    out, lse = flashcore.attention_with_kvcache(
+        _torch_fp8(q).cuda(), k_cache, v_cache,
+        torch.tensor(cached, dtype=torch.int32).cuda(),
+        page_table=torch.from_numpy(cache.page_table).cuda(), k=_torch_fp8(k_new).cuda(),
+        v=_torch_fp8(v_new).cuda(), causal=True, return_lse=True,
+        **{n: torch.from_numpy(d).cuda() for n, d in zip(_arrays.DESCALE_NAMES, descales)})
+    torch.cuda.synchronize()
+    out, lse = out.float().cpu().numpy(), lse.cpu().numpy()
+    cache.k[...] = k_cache.cpu().view(torch.uint8).numpy()
+    cache.v[...] = v_cache.cpu().view(torch.uint8).numpy()
+    for b, seq in enumerate(sequences):
+        check_fp8(f"sequence {b} sm90", out[b:b + 1], lse[b:b + 1], seq, causal=True,
+                  lse_slack=FP8_KERNEL_LSE_SLACK)
+        keys, values = cache.read(b, cached[b] + new[b])
+        np.testing.assert_array_equal(keys, seq.codes[1][0])
+        np.testing.assert_array_equal(values, seq.codes[2][0])

@@ -87,6 +87,13 @@ fp8_cases=(
   # d128 past 2048 query rows: 192-key blocks, V^T's second column block half used, key tails.
   "--dtype fp8 --batch 1 --seqlen-q 2100 --seqlen-k 2300 --heads-q 4 --heads-kv 2 --head-dim 128 --causal"
   "--dtype fp8 --batch 1 --seqlen-q 2300 --seqlen-k 2100 --heads-q 4 --heads-kv 2 --head-dim 128"
+  # The serving layouts in fp8: V blocks ending mid-block in rows of anything (the next packed
+  # sequence, a cache's unused slots), which the transposer zeroes before it transposes them
+  # (its named barrier); small pages gathered by the producer warp beside the transposer.
+  "--dtype fp8 --layout varlen --seqlens 130,1,64,0,300 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--dtype fp8 --layout paged --page-size 1 --seqlens 70,1,200 --heads-q 16 --heads-kv 2 --head-dim 64"
+  "--dtype fp8 --layout paged --page-size 16 --seqlens 40,300,17 --seqlen-q 20 --heads-q 8 --heads-kv 2 --head-dim 256 --causal"
+  "--dtype fp8 --layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )
 # Thread-block clusters (d128 non-causal above 2k): 2400 rows are 13 m-blocks of 192, so the
 # second CTA of each head's last cluster has no rows; 2400 keys end in a partial 80-key block.

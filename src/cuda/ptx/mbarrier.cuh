@@ -37,6 +37,13 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(barrier)) : "memory");
 }
 
+// `count` arrivals at once by this thread (count >= 1).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier, uint32_t count) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(barrier)),
+               "r"(count)
+               : "memory");
+}
+
 // One arrival on a barrier of another CTA of the cluster (`cluster_address`: cluster_map_shared
 // of the barrier's offset). The default .release.cta semantics, as CUTLASS's ClusterBarrier:
 // .release.cluster compiles to MEMBAR.ALL.GPU before every arrival. Enough where the arrival only

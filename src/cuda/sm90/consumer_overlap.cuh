@@ -170,7 +170,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
   // The first block this consumer multiplies by V is the only one that can end past the keys.
-  // (FP8 runs the dense layout only, whose tails TMA zero-fills: launch.cuh.)
+  // (FP8: the transposer zeroes those rows before it writes V^T, v_transpose.cuh.)
   const auto zero_first_v_tail = [&](int stage, int first_n_block) {
     if constexpr (kComputes && !Config::kTransposesV) {
       sm90_zero_v_past_keys<Config, Layout>(

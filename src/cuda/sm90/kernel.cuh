@@ -161,13 +161,13 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       if (lead) scheduler.producer_done(smem, state.q_phase);
       if (lead) sm90_cluster_producer_tail<Config, Layout>(smem, state.ring);
       if constexpr (Config::kTransposesV) {
-        if (lead) sm90_stop_transposer(smem, state.ring);
+        if (lead) sm90_stop_transposer<Config, Layout>(smem, params, state.ring);
       }
     }
     if constexpr (Config::kTransposesV) {  // warps 1-3 (the loads' lanes are in warp 0)
       constexpr int kFirst = kSm90TransposerFirstWarp * 32;
       if (thread_in_warpgroup >= kFirst && thread_in_warpgroup < kFirst + kSm90TransposerThreads) {
-        sm90_transpose_v(smem, state.ring, thread_in_warpgroup - kFirst);
+        sm90_transpose_v<Config, Layout>(smem, params, state.ring, thread_in_warpgroup - kFirst);
       }
     }
   } else {

@@ -4,7 +4,9 @@
 // 0 x NaN is NaN: where the loaded block can hold anything in those rows (a cache's unused slots,
 // Sm90ServingLayout::kv_tail_may_hold_garbage), the warpgroup that multiplies by V first writes
 // zeros over them. Every consumer warpgroup zeroes the rows itself before its own P V, so none
-// depends on another's timing; two writing the same zeros at once is harmless.
+// depends on another's timing; two writing the same zeros at once is harmless. With V transposed
+// (FP8) the consumers read V^T, and the transposer zeroes the raw rows before it transposes them
+// (v_transpose.cuh).
 #pragma once
 
 #include <cstdint>
@@ -17,12 +19,12 @@
 namespace flashcore::detail {
 
 // Zeroes rows [first_row, kBlockN) of a V block (every 128-byte-swizzled column block: the
-// swizzle moves 16-byte chunks only within their row, so writing a row's eight chunks clears it),
-// then makes the writes visible to wgmma (the async proxy) and waits for the warpgroup's 128
-// threads on `barrier_id`.
-template <class Config>
-__device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row,
-                                                 int thread_in_warpgroup, uint32_t barrier_id) {
+// swizzle moves 16-byte chunks only within their row, so writing a row's eight chunks clears it)
+// by thread `thread` of kThreads, then makes the writes visible to the async proxy (wgmma, or the
+// next TMA load into the stage) and waits for the kThreads threads on `barrier_id`.
+template <class Config, int kThreads = Config::kThreadsPerWarpgroup>
+__device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row, int thread,
+                                                 uint32_t barrier_id) {
   constexpr int kChunkBytes = 16;
   constexpr int kChunksPerRow = kSwizzleBytes / kChunkBytes;
   constexpr int kColumnBlockBytes = Config::kBlockN * kSwizzleBytes;
@@ -30,13 +32,13 @@ __device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row
   uint8_t* first = v_block + first_row * kSwizzleBytes;
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
-    for (int chunk = thread_in_warpgroup; chunk < chunks; chunk += Config::kThreadsPerWarpgroup) {
+    for (int chunk = thread; chunk < chunks; chunk += kThreads) {
       *reinterpret_cast<uint4*>(first + block * kColumnBlockBytes + chunk * kChunkBytes) =
           make_uint4(0, 0, 0, 0);
     }
   }
   fence_proxy_async_shared();
-  named_barrier_sync(barrier_id, Config::kThreadsPerWarpgroup);
+  named_barrier_sync(barrier_id, kThreads);
 }
 
 // Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of sequence `batch`, where

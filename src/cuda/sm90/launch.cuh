@@ -272,28 +272,39 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this
 // call's seqlen_q bucket, in the dense layout or the serving one (varlen, kv caches). A head_dim
 // that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
-// FP8 (e4m3) inputs: the dense layout, unpacked tiles, one kernel per output type (fp16, bf16);
-// the API refuses fp8 in the serving layouts on sm90 (api/backend.cpp).
+// FP8 (e4m3) inputs: unpacked tiles (packed GQA tiles are 16-bit only), in the dense layout or
+// the serving one, one kernel per output type (fp16, bf16).
 // A padded head_dim (64, 96 on d128 tiles) computes its own columns only
 // (Sm90TileConfig::kComputedHeadDim): kernels of its own; 64 also has rows of its own.
-template <int kHeadDim, int kKernelHeadDim, bool kCausal>
-void run_sm90_forward_fp8(const AttentionParams& params) {
-  if (!params.is_dense()) {
-    throw Error("sm90 backend: fp8_e4m3 runs the dense layout only (no cu_seqlens, seqused_k, "
-                "page_table or kv cache)");
-  }
+template <int kHeadDim, int kKernelHeadDim, bool kCausal, class Layout, DType kOutDType>
+void run_sm90_forward_fp8_in_layout(const AttentionParams& params) {
   constexpr DType kFp8 = DType::kFloat8E4M3;
   using Element = Sm90ElementTraits<kFp8>;
   constexpr int kComputedHeadDim = sm90_round_up(kHeadDim, Element::kWgmmaK);
   // The call's head_dim's own rows where the table has them (d64), else the kernel's.
   constexpr int kRowHeadDim =
       sm90_row_count(kHeadDim, kCausal, Element::kBytes) > 0 ? kHeadDim : kKernelHeadDim;
+  run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, kOutDType, kComputedHeadDim>(
+      params);
+}
+
+template <int kHeadDim, int kKernelHeadDim, bool kCausal, DType kOutDType>
+void run_sm90_forward_fp8_to(const AttentionParams& params) {
+  if (params.is_dense()) {
+    run_sm90_forward_fp8_in_layout<kHeadDim, kKernelHeadDim, kCausal, Sm90DenseLayout,
+                                   kOutDType>(params);
+  } else {
+    run_sm90_forward_fp8_in_layout<kHeadDim, kKernelHeadDim, kCausal, Sm90ServingLayout,
+                                   kOutDType>(params);
+  }
+}
+
+template <int kHeadDim, int kKernelHeadDim, bool kCausal>
+void run_sm90_forward_fp8(const AttentionParams& params) {
   if (params.output_dtype() == DType::kFloat16) {
-    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Sm90DenseLayout, 0,
-                              DType::kFloat16, kComputedHeadDim>(params);
+    run_sm90_forward_fp8_to<kHeadDim, kKernelHeadDim, kCausal, DType::kFloat16>(params);
   } else if (params.output_dtype() == DType::kBFloat16) {
-    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Sm90DenseLayout, 0,
-                              DType::kBFloat16, kComputedHeadDim>(params);
+    run_sm90_forward_fp8_to<kHeadDim, kKernelHeadDim, kCausal, DType::kBFloat16>(params);
   } else {
     throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +
                 std::to_string(static_cast<int>(params.output_dtype())));

@@ -13,6 +13,9 @@ enum class Sm90NamedBarrier : uint32_t {
   // General kernel: consumer c's turn to issue GEMMs, 256 threads: the owner's sync plus the
   // previous consumer's arrival (consumer_overlap.cuh), ids 5 .. 7.
   kTurnFirst = 5,
+  // General kernel, FP8: the transposer's 96 threads, between zeroing a V block's rows past the
+  // keys and transposing them (v_transpose.cuh).
+  kTransposer = 8,
   // Decode kernel: every thread's GEMMs on a K/V stage completed before thread 0 reloads it.
   kDecodeStageFree = 1,
 };
@@ -28,7 +31,9 @@ static_assert(sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, kSm90MaxConsumer
                   sm90_barrier_id(Sm90NamedBarrier::kTurnFirst),
               "the epilogue and turn barriers of the general kernel must not overlap");
 static_assert(sm90_barrier_id(Sm90NamedBarrier::kTurnFirst, kSm90MaxConsumers - 1) <
-                  kSm90NamedBarrierCount,
+                  sm90_barrier_id(Sm90NamedBarrier::kTransposer),
+              "the turn and transposer barriers of the general kernel must not overlap");
+static_assert(sm90_barrier_id(Sm90NamedBarrier::kTransposer) < kSm90NamedBarrierCount,
               "named barrier ids end at 15");
 
 }  // namespace flashcore::detail

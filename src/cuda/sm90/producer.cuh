@@ -139,8 +139,17 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   uint8_t* dst = is_v ? smem.v_tile(ring.stage) : smem.k_tile(ring.stage);
   mbarrier_wait_parity(empty, ring.phase ^ 1);
   sm90_trace(is_v ? Sm90Event::kVSlotFree : Sm90Event::kKSlotFree);
-  sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, kv_tiles.tile_at(step),
-                                             kv_head, tile.batch, lane);
+  const int n_block = kv_tiles.tile_at(step);
+  if constexpr (Config::kTransposesV) {
+    // The transposer zeroes V's rows past the keys (v_transpose.cuh); it read the stage's last
+    // word before releasing the stage (`empty`), and reads this one after the arrival below.
+    if (is_v && Layout::kv_tail_may_hold_garbage(params) && sm90_lead_lane<Layout>(lane)) {
+      const int keys = Layout::seqlen_k(params, tile.batch) - n_block * Config::kBlockN;
+      *smem.v_keys(ring.stage) = keys < Config::kBlockN ? keys : Config::kBlockN;
+    }
+  }
+  sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, n_block, kv_head,
+                                             tile.batch, lane);
   ring.advance();
 }
 

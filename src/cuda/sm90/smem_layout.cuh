@@ -117,6 +117,14 @@ struct Sm90SmemLayout {
     return reinterpret_cast<volatile uint32_t*>(barriers() + 2 + 6 * Config::kStages +
                                                 Config::kConsumerWarpgroups);
   }
+  // FP8 in layouts whose K/V blocks can end in rows of anything (kv_tail_may_hold_garbage): per
+  // stage, the keys of the sequence in the V block loaded there (kBlockN when it has no tail),
+  // written by the TMA thread before that load's arrival on v_full and read by the transposer
+  // after its wait, which zeroes the rows past them.
+  __device__ __forceinline__ volatile int* v_keys(int stage) const {
+    return reinterpret_cast<volatile int*>(barriers() + 3 + 6 * Config::kStages +
+                                           Config::kConsumerWarpgroups + stage);
+  }
   // What the consumers' O += P V reads and waits for: V as loaded, or V^T (FP8).
   __device__ __forceinline__ uint8_t* pv_tile(int stage) const {
     if constexpr (Config::kTransposesV) {

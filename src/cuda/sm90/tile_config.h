@@ -160,9 +160,10 @@ struct Sm90TileConfig {
   static constexpr int kOSlabBytes = kRowsPerConsumer * kHeadDim * kSm90OutputBytes;
   static constexpr int kOBytes = kConsumerWarpgroups * kOSlabBytes;
   // mbarriers (8 bytes each): q full/empty, k/v full/empty per stage, one o_free per consumer;
-  // with V transposed, vt_full and v_raw_empty per stage and the transposer's stop word; then the
-  // persistent schedulers' tile slot (smem_layout.cuh lays them out in this order)
-  static constexpr int kTransposeBarriers = kTransposesV ? 2 * kStages + 1 : 0;
+  // with V transposed, vt_full and v_raw_empty per stage, the transposer's stop word and its
+  // v_keys word per stage (8 bytes each too); then the persistent schedulers' tile slot
+  // (smem_layout.cuh lays them out in this order)
+  static constexpr int kTransposeBarriers = kTransposesV ? 3 * kStages + 1 : 0;
   static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups + kTransposeBarriers;
   static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned

@@ -26,12 +26,16 @@
 
 #include <cstdint>
 
+#include "common/params.h"
 #include "cuda/common/accumulator_layout.h"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/ldmatrix.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/ptx/stmatrix.cuh"
+#include "cuda/sm90/kv_tail.cuh"
+#include "cuda/sm90/named_barriers.h"
+#include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 
@@ -135,14 +139,25 @@ __device__ __forceinline__ void sm90_transpose_v_stage(const uint8_t* v, uint8_t
 }
 
 // The transposer's loop over the V stages, until the TMA thread says stop (sm90_stop_transposer).
-template <class Config>
+// Where the layout's V blocks can end in rows of anything (a cache's unused slots, the next
+// packed sequence), the block of a sequence's last key has its rows past it zeroed first: their
+// P is 0, but 0 x NaN is not (kv_tail.cuh).
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_transpose_v(const Sm90SmemLayout<Config>& smem,
+                                                 const AttentionParams& params,
                                                  RingPosition<Config::kStages> ring, int thread) {
   for (;;) {
     mbarrier_wait_parity(smem.v_full(ring.stage), ring.phase);
     if (*smem.transposer_stop() != 0) return;
     // The consumers have finished the P V that read this V^T stage one trip round the ring ago.
     mbarrier_wait_parity(smem.v_empty(ring.stage), ring.phase ^ 1);
+    if (Layout::kv_tail_may_hold_garbage(params)) {
+      const int keys = *smem.v_keys(ring.stage);  // the same for every thread
+      if (keys < Config::kBlockN) {
+        sm90_zero_v_rows<Config, kSm90TransposerThreads>(
+            smem.v_tile(ring.stage), keys, thread, sm90_barrier_id(Sm90NamedBarrier::kTransposer));
+      }
+    }
     sm90_transpose_v_stage<Config>(smem.v_tile(ring.stage), smem.vt_tile(ring.stage), thread);
     fence_proxy_async_shared();  // wgmma (the async proxy) reads what these stores wrote
     mbarrier_arrive(smem.vt_full(ring.stage));
@@ -153,12 +168,14 @@ __device__ __forceinline__ void sm90_transpose_v(const Sm90SmemLayout<Config>& s
 
 // The TMA thread, after its last V load (`ring`: the V ring position after it): once the
 // transposer has read every V loaded (the last load of each stage: the empty phase before each
-// of the next kStages positions; a stage never loaded passes at once), the stop word and a plain
-// arrival on the v_full the transposer waits on next, which completes that phase with no bytes.
+// of the next kStages positions; a stage never loaded passes at once), the stop word and plain
+// arrivals on the v_full the transposer waits on next, which complete that phase with no bytes:
+// as many as a load's (one, or each gathering lane's where the layout gathers small pages).
 // Waiting for every stage, not just the next one, keeps a V still to be transposed from seeing
 // the stop word.
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_stop_transposer(const Sm90SmemLayout<Config>& smem,
+                                                     const AttentionParams& params,
                                                      const RingPosition<Config::kStages> ring) {
   RingPosition<Config::kStages> position = ring;
   for (int i = 0; i < Config::kStages; ++i) {
@@ -166,7 +183,9 @@ __device__ __forceinline__ void sm90_stop_transposer(const Sm90SmemLayout<Config
     position.advance();
   }
   *smem.transposer_stop() = 1;
-  mbarrier_arrive(smem.v_full(ring.stage));  // release: the stop word is seen after the wait
+  // release: the stop word is seen after the wait
+  mbarrier_arrive(smem.v_full(ring.stage),
+                  Layout::template kv_full_arrivals<Config::kBlockN, kSm90GatherLanes>(params));
 }
 
 }  // namespace flashcore::detail
