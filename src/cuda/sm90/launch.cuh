@@ -15,6 +15,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "common/params.h"
 #include "cuda/check.h"
@@ -248,6 +249,13 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
   }
   using Config = Sm90TableConfig<kHeadDim, kCausal, kRow, kDType, /*kPacksGroups=*/false,
                                  kOutDType, kComputedHeadDim>;
+  if constexpr (std::is_same_v<Layout, Sm90ServingLayout>) {
+    // Calls whose K/V blocks all come in TMA boxes: the kernels without the gather.
+    if (!Layout::template needs_gather<Config::kBlockN>(params)) {
+      run_sm90_forward_configured<Config, kCausal, Sm90ServingTmaLayout>(params);
+      return;
+    }
+  }
   run_sm90_forward_configured<Config, kCausal, Layout>(params);
 }
 

@@ -97,7 +97,8 @@ struct Sm90DenseLayout {
   }
 
  private:
-  friend struct Sm90ServingLayout;
+  template <bool kGathersSmallPages>
+  friend struct Sm90ServingLayoutOf;
   static BshdTensor rows_of(const AttentionParams& p, const char* name, const void* data,
                             bool query_side, int64_t row_stride, int64_t head_stride,
                             int64_t batch_stride) {
@@ -117,7 +118,13 @@ struct Sm90DenseLayout {
 //     sequence's keys in its last block (a page's unused tail, pages past the table's used ones,
 //     a packed buffer's rows past the last sequence) are loaded but masked in S and zeroed in V
 //     (kv_tail_may_hold_garbage).
-struct Sm90ServingLayout {
+//   - kGathersSmallPages: whether the kernels carry the cp.async gather of pages too small for
+//     TMA boxes (kv_gathered). The launcher runs the kernels without it (Sm90ServingTmaLayout)
+//     for every call whose blocks all come in boxes: the gather's code took registers from the
+//     producer warpgroup, whose FP8 kernels spilled 256-316 bytes with it and 92-100 without
+//     (docs/kernels.md, run 165).
+template <bool kGathersSmallPages>
+struct Sm90ServingLayoutOf {
   static constexpr bool kMayPackQ = true;
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
     return params.seqlen_q_of(batch);
@@ -188,6 +195,11 @@ struct Sm90ServingLayout {
   static constexpr int kMinTmaBoxRows = 8;
   template <int kBlockN>
   FC_HOST_DEVICE static bool kv_gathered(const AttentionParams& params) {
+    return kGathersSmallPages && needs_gather<kBlockN>(params);
+  }
+  // Whether a call's pages are too small for TMA boxes (which kernel runs it: launch.cuh).
+  template <int kBlockN>
+  FC_HOST_DEVICE static bool needs_gather(const AttentionParams& params) {
     return params.page_table != nullptr && kv_box_rows<kBlockN>(params) < kMinTmaBoxRows;
   }
   template <int kBlockN, int kGatherThreads>
@@ -228,5 +240,8 @@ struct Sm90ServingLayout {
     return Sm90DenseLayout::rows_of(p, name, data, false, row_stride, head_stride, batch_stride);
   }
 };
+
+using Sm90ServingLayout = Sm90ServingLayoutOf<true>;      // any serving call
+using Sm90ServingTmaLayout = Sm90ServingLayoutOf<false>;  // calls whose K/V come in TMA boxes
 
 }  // namespace flashcore::detail
