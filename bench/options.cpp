@@ -275,7 +275,7 @@ one config (any of these selects single-config mode):
                        sm90 fp8 in every layout.
                        fp8 (e4m3): inputs quantized per (batch, kv head) with descale =
                        amax / 448, out bf16, checked by the FP8 rule (2x the fp8 baseline's
-                       error + 1e-3); the cpu, reference and sm90 (dense) backends run it, sm80
+                       error + 1e-3); the cpu, reference and sm90 backends run it, sm80
                        says why not. Without other flags: the default config in this dtype; on
                        a grid: keep only this dtype
   --causal             bottom-right causal mask; without other flags or on a grid: keep only

@@ -10,48 +10,42 @@ quantized per (sequence, kv head) with descale = amax / 448.
 """
 
 import argparse
+import os
 import statistics
 import sys
 
 import torch
 
-import flashcore
-import fa3_fwd_interface as fa3
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import flashcore  # noqa: E402
+import fa3_fwd_interface as fa3  # noqa: E402
+from compare import GRAPH_CALLS  # noqa: E402
+from compare_accuracy import quantize_fp8  # noqa: E402
+from compare_runner import capture_graph  # noqa: E402
 
 LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
-E4M3_MAX = 448.0
-GRAPH_CALLS = 10
+# The dense comparison: the ragged batch's tokens as equal sequences of this length.
+EQUAL_LENGTH = 4096
 
 
 def quantize(x, lengths):
-    """e4m3 codes of x [total, heads, d] and float32 descales [batch, heads_kv], one per
-    (sequence, kv head) (q: over the query heads of that kv head)."""
-    group = x.shape[1] // HEADS_KV
-    scales, start = [], 0
+    """e4m3 codes of packed x [total, heads, d] and float32 descales [batch, heads_kv], one per
+    (sequence, kv head): compare.py's quantization, sequence by sequence."""
+    codes, descales, start = [], [], 0
     for n in lengths:
-        block = x[start:start + n].float().abs().reshape(n, HEADS_KV, group, -1)
-        scales.append(block.amax(dim=(0, 2, 3)).clamp(min=1e-6) / E4M3_MAX)
+        code, descale = quantize_fp8(x[start:start + n][None], HEADS_KV)
+        codes.append(code[0])
+        descales.append(descale)
         start += n
-    descale = torch.stack(scales)
-    index = torch.repeat_interleave(torch.arange(len(lengths), device=x.device),
-                                    torch.tensor(lengths, device=x.device))
-    per_row = descale[index].repeat_interleave(group, dim=1)[:, :, None]
-    return (x.float() / per_row).to(torch.float8_e4m3fn), descale.contiguous()
+    return torch.cat(codes), torch.cat(descales)
 
 
-def graph_time(fn, rounds):
-    """Median ms per call over `rounds` replays of a graph of GRAPH_CALLS calls."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
+def graph_time(fn, replays):
+    """Median ms per call over `replays` replays of a graph of GRAPH_CALLS calls."""
+    graph = capture_graph([fn], GRAPH_CALLS, None)
     times = []
-    for _ in range(rounds):
+    for _ in range(replays):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
@@ -92,7 +86,7 @@ def main(argv):
         return out[0] if isinstance(out, tuple) else out
 
     # FlashCore's dense FP8 kernel on the same tokens as equal sequences (batch x length).
-    equal = 4096
+    equal = EQUAL_LENGTH
     batch = total // equal
     qe, ke, ve = (x[:batch * equal].reshape(batch, equal, x.shape[1], HEAD_DIM)
                   for x in (q8, k8, v8))

@@ -24,18 +24,6 @@ bool strides_fit_tma(const TensorView& t) {
   return reinterpret_cast<uintptr_t>(t.data) % kCudaAlignmentBytes == 0;
 }
 
-}  // namespace
-
-// The one switch for what the sm90 kernels run: fp16, bf16 and fp8_e4m3 in every layout, packed
-// q/k and contiguous caches as tensor maps over the whole tensor, paged caches in boxes of page
-// runs or gathered row by row (cuda/sm90/sequence_layout.h), any page_size. Nothing is refused
-// today; the hook stays, so that a kernel without some path says so here by name.
-std::string sm90_unsupported_reason(DType /*dtype*/, const ServingLayout& /*layout*/) {
-  return "";
-}
-
-namespace {
-
 // sm80 (mma.sync, Ampere and later) runs fp16/bf16 in every layout; FP8 tensor cores start at
 // sm89, and the portable kernel has no FP8 path.
 std::string sm80_unsupported_reason(DType dtype, const ServingLayout& /*layout*/) {
@@ -49,7 +37,10 @@ std::string sm80_unsupported_reason(DType dtype, const ServingLayout& /*layout*/
 
 std::string unsupported_reason(Backend backend, DType dtype, const ServingLayout& layout) {
   switch (backend) {
-    case Backend::kSM90: return sm90_unsupported_reason(dtype, layout);
+    // sm90 runs fp16, bf16 and fp8_e4m3 in every layout: packed q/k and contiguous caches as
+    // tensor maps over the whole tensor, paged caches in boxes of page runs or gathered row by
+    // row (cuda/sm90/sequence_layout.h), any page_size.
+    case Backend::kSM90: return "";
     case Backend::kSM80: return sm80_unsupported_reason(dtype, layout);
     default: return "";  // cpu and reference run everything; auto is resolved by the caller
   }

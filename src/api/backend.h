@@ -15,11 +15,9 @@ Backend choose_backend(const AttentionParams& params, const AttentionArgs& args)
 
 // Why `backend` cannot run calls of this input dtype and sequence layout, as a whole sentence, or
 // "" when it can. These are facts about the backend's kernels, not about this machine (that is
-// backend_unavailable_reason). cpu and reference run every dtype and layout; sm80 runs every
-// layout in fp16/bf16; sm90's answer is sm90_unsupported_reason, the one place that says what the
-// sm90 kernels run.
+// backend_unavailable_reason). cpu, reference and sm90 run every dtype and layout; sm80 runs
+// every layout in fp16/bf16.
 std::string unsupported_reason(Backend backend, DType dtype, const ServingLayout& layout);
-std::string sm90_unsupported_reason(DType dtype, const ServingLayout& layout);
 
 // Throws when no CUDA backend that `requested` allows (an explicit sm80/sm90, or both for auto)
 // runs this dtype and layout: an explicit backend gives its own reason, auto the reason of sm90

@@ -259,23 +259,37 @@ constexpr HeadConfig kHeadConfigs[] = {{4, 4, 64, DType::kFloat16},
                                        {8, 2, 128, DType::kBFloat16},
                                        {8, 1, 256, DType::kFloat16}};
 
+// Ragged prefill: every tail length, a 0-length query with keys, q shorter and longer than k
+// (causal rows with no visible key).
+ServingShape ragged_varlen(const HeadConfig& h, DType dtype, bool causal) {
+  return make_shape(KvLayout::kVarlen, {1, 17, 64, 65, 1000, 0, 4097, 65, 17},
+                    {1, 17, 64, 65, 1000, 33, 4097, 17, 200}, h.heads_q, h.heads_kv, h.head_dim,
+                    dtype, causal);
+}
+
+// Chunked prefill against a paged cache: packed q, its tokens appended.
+ServingShape chunked_paged(int page_size, const HeadConfig& h, DType dtype, bool causal) {
+  ServingShape s = make_shape(KvLayout::kPaged, {17, 0, 65, 1, 64},
+                              {17 + 100, 5, 65, 4097, 64 + 300}, h.heads_q, h.heads_kv,
+                              h.head_dim, dtype, causal);
+  s.page_size = page_size, s.append = true;
+  return s;
+}
+
+// Varlen with seqused_k shorter than each sequence's rows (NaN past it).
+ServingShape varlen_seqused(DType dtype, bool causal) {
+  ServingShape s = make_shape(KvLayout::kVarlen, {65, 1, 0, 300}, {65, 1000, 7, 129}, 8, 2, 128,
+                              dtype, causal);
+  s.seqused = true;
+  return s;
+}
+
 std::vector<ServingShape> shape_list() {
   std::vector<ServingShape> shapes;
   for (bool causal : {false, true}) {
     for (const HeadConfig& h : kHeadConfigs) {
-      // Ragged prefill: every tail length, a 0-length query with keys, q shorter and longer
-      // than k (causal rows with no visible key).
-      shapes.push_back(make_shape(KvLayout::kVarlen, {1, 17, 64, 65, 1000, 0, 4097, 65, 17},
-                                  {1, 17, 64, 65, 1000, 33, 4097, 17, 200}, h.heads_q,
-                                  h.heads_kv, h.head_dim, h.dtype, causal));
-      // Chunked prefill against a paged cache: packed q, its tokens appended.
-      for (int page : {1, 16, 64, 256}) {
-        ServingShape s = make_shape(KvLayout::kPaged, {17, 0, 65, 1, 64},
-                                    {17 + 100, 5, 65, 4097, 64 + 300}, h.heads_q, h.heads_kv,
-                                    h.head_dim, h.dtype, causal);
-        s.page_size = page, s.append = true;
-        shapes.push_back(s);
-      }
+      shapes.push_back(ragged_varlen(h, h.dtype, causal));
+      for (int page : {1, 16, 64, 256}) shapes.push_back(chunked_paged(page, h, h.dtype, causal));
     }
     // Decode on a paged cache, every page size, dense q of one row: with the step's token
     // appended, and without (then a sequence with an empty cache too: out 0, lse -inf).
@@ -304,11 +318,7 @@ std::vector<ServingShape> shape_list() {
     shapes.push_back(chunk);
     shapes.push_back(make_shape(KvLayout::kCache, {17, 1, 3}, {17, 4097, 0}, 8, 8, 256,
                                 DType::kBFloat16, causal));
-    // Varlen with seqused_k shorter than each sequence's rows (NaN past it).
-    ServingShape used = make_shape(KvLayout::kVarlen, {65, 1, 0, 300}, {65, 1000, 7, 129}, 8, 2,
-                                   128, DType::kFloat16, causal);
-    used.seqused = true;
-    shapes.push_back(used);
+    shapes.push_back(varlen_seqused(DType::kFloat16, causal));
   }
   return shapes;
 }
@@ -321,22 +331,12 @@ std::vector<ServingShape> fp8_shape_list() {
   std::vector<ServingShape> shapes;
   for (bool causal : {false, true}) {
     for (const HeadConfig& h : kHeadConfigs) {
-      shapes.push_back(make_shape(KvLayout::kVarlen, {1, 17, 64, 65, 1000, 0, 4097, 65, 17},
-                                  {1, 17, 64, 65, 1000, 33, 4097, 17, 200}, h.heads_q,
-                                  h.heads_kv, h.head_dim, kFp8, causal));
-      ServingShape paged = make_shape(KvLayout::kPaged, {17, 0, 65, 1, 64},
-                                      {17 + 100, 5, 65, 4097, 64 + 300}, h.heads_q, h.heads_kv,
-                                      h.head_dim, kFp8, causal);
-      paged.page_size = 16, paged.append = true;
-      shapes.push_back(paged);
+      shapes.push_back(ragged_varlen(h, kFp8, causal));
+      shapes.push_back(chunked_paged(16, h, kFp8, causal));
     }
     // Page sizes gathered row by row (1, 7) and loaded in boxes (64, 256), d128 GQA 4.
-    for (int page : {1, 7, 64, 256}) {
-      ServingShape s = make_shape(KvLayout::kPaged, {17, 0, 65, 1, 64},
-                                  {17 + 100, 5, 65, 4097, 64 + 300}, 8, 2, 128, kFp8, causal);
-      s.page_size = page, s.append = true;
-      shapes.push_back(s);
-    }
+    constexpr HeadConfig kD128Gqa4{8, 2, 128, kFp8};
+    for (int page : {1, 7, 64, 256}) shapes.push_back(chunked_paged(page, kD128Gqa4, kFp8, causal));
     // Decode on a paged cache with the step's token appended, and a contiguous cache.
     ServingShape decode = make_shape(KvLayout::kPaged, {1, 1, 1, 1, 1, 1},
                                      {1, 17, 64, 65, 1000, 4097}, 8, 2, 128, kFp8, causal);
@@ -346,10 +346,7 @@ std::vector<ServingShape> fp8_shape_list() {
                                     kFp8, causal);
     chunk.append = true;
     shapes.push_back(chunk);
-    ServingShape used = make_shape(KvLayout::kVarlen, {65, 1, 0, 300}, {65, 1000, 7, 129}, 8, 2,
-                                   128, kFp8, causal);
-    used.seqused = true;
-    shapes.push_back(used);
+    shapes.push_back(varlen_seqused(kFp8, causal));
   }
   return shapes;
 }

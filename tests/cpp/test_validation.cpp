@@ -843,8 +843,8 @@ TEST_F(Fp8Validation, Sm80RefusesSm90RunsEveryLayout) {
   detail::ServingLayout paged;
   paged.cache = paged.paged = true;
   for (const detail::ServingLayout& layout : {dense, varlen, paged}) {
-    EXPECT_EQ(detail::sm90_unsupported_reason(DType::kFloat8E4M3, layout), "");
-    EXPECT_EQ(detail::sm90_unsupported_reason(DType::kBFloat16, layout), "");
+    EXPECT_EQ(detail::unsupported_reason(Backend::kSM90, DType::kFloat8E4M3, layout), "");
+    EXPECT_EQ(detail::unsupported_reason(Backend::kSM90, DType::kBFloat16, layout), "");
     // auto picks sm90 for fp8 in any layout; asked for sm80 by name, the call is refused.
     detail::check_cuda_backends_run(Backend::kAuto, DType::kFloat8E4M3, layout);
     detail::check_cuda_backends_run(Backend::kSM90, DType::kFloat8E4M3, layout);

@@ -41,6 +41,15 @@ __device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row
   named_barrier_sync(barrier_id, kThreads);
 }
 
+// Keys of sequence `batch` in its KV block `n_block`: kBlockN when the block lies wholly inside
+// the sequence, fewer in the block of its last key.
+template <class Config, class Layout>
+__device__ __forceinline__ int sm90_keys_in_block(const AttentionParams& params, int batch,
+                                                  int n_block) {
+  const int keys = Layout::seqlen_k(params, batch) - n_block * Config::kBlockN;
+  return keys < Config::kBlockN ? keys : Config::kBlockN;
+}
+
 // Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of sequence `batch`, where
 // the layout says such rows may hold anything; nothing for layouts that never do (compiled out)
 // and for blocks wholly inside the sequence (only the block of its last key has such rows).
@@ -50,8 +59,8 @@ __device__ __forceinline__ void sm90_zero_v_past_keys(uint8_t* v_block,
                                                       int n_block, int thread_in_warpgroup,
                                                       uint32_t barrier_id) {
   if (!Layout::kv_tail_may_hold_garbage(params)) return;
-  const int keys_in_block = Layout::seqlen_k(params, batch) - n_block * Config::kBlockN;
-  if (keys_in_block >= Config::kBlockN) return;
+  const int keys_in_block = sm90_keys_in_block<Config, Layout>(params, batch, n_block);
+  if (keys_in_block == Config::kBlockN) return;
   sm90_zero_v_rows<Config>(v_block, keys_in_block, thread_in_warpgroup, barrier_id);
 }
 

@@ -284,52 +284,43 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 // the serving one, one kernel per output type (fp16, bf16).
 // A padded head_dim (64, 96 on d128 tiles) computes its own columns only
 // (Sm90TileConfig::kComputedHeadDim): kernels of its own; 64 also has rows of its own.
-template <int kHeadDim, int kKernelHeadDim, bool kCausal, class Layout, DType kOutDType>
-void run_sm90_forward_fp8_in_layout(const AttentionParams& params) {
+template <int kHeadDim, int kKernelHeadDim, bool kCausal, class Layout>
+void run_sm90_forward_fp8(const AttentionParams& params) {
   constexpr DType kFp8 = DType::kFloat8E4M3;
   using Element = Sm90ElementTraits<kFp8>;
   constexpr int kComputedHeadDim = sm90_round_up(kHeadDim, Element::kWgmmaK);
   // The call's head_dim's own rows where the table has them (d64), else the kernel's.
   constexpr int kRowHeadDim =
       sm90_row_count(kHeadDim, kCausal, Element::kBytes) > 0 ? kHeadDim : kKernelHeadDim;
-  run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, kOutDType, kComputedHeadDim>(
-      params);
-}
-
-template <int kHeadDim, int kKernelHeadDim, bool kCausal, DType kOutDType>
-void run_sm90_forward_fp8_to(const AttentionParams& params) {
-  if (params.is_dense()) {
-    run_sm90_forward_fp8_in_layout<kHeadDim, kKernelHeadDim, kCausal, Sm90DenseLayout,
-                                   kOutDType>(params);
-  } else {
-    run_sm90_forward_fp8_in_layout<kHeadDim, kKernelHeadDim, kCausal, Sm90ServingLayout,
-                                   kOutDType>(params);
-  }
-}
-
-template <int kHeadDim, int kKernelHeadDim, bool kCausal>
-void run_sm90_forward_fp8(const AttentionParams& params) {
   if (params.output_dtype() == DType::kFloat16) {
-    run_sm90_forward_fp8_to<kHeadDim, kKernelHeadDim, kCausal, DType::kFloat16>(params);
+    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, DType::kFloat16,
+                              kComputedHeadDim>(params);
   } else if (params.output_dtype() == DType::kBFloat16) {
-    run_sm90_forward_fp8_to<kHeadDim, kKernelHeadDim, kCausal, DType::kBFloat16>(params);
+    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, DType::kBFloat16,
+                              kComputedHeadDim>(params);
   } else {
     throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +
                 std::to_string(static_cast<int>(params.output_dtype())));
   }
 }
 
-template <DType kDType, int kHeadDim, bool kCausal>
-void run_sm90_forward(const AttentionParams& params) {
+template <DType kDType, int kHeadDim, bool kCausal, class Layout>
+void run_sm90_forward_with_layout(const AttentionParams& params) {
   constexpr int kKernelHeadDim =
       sm90_kernel_head_dim(kHeadDim, Sm90ElementTraits<kDType>::kBytes);
   if constexpr (kDType == DType::kFloat8E4M3) {
-    run_sm90_forward_fp8<kHeadDim, kKernelHeadDim, kCausal>(params);
-    return;
-  } else if (params.is_dense()) {
-    run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90DenseLayout>(params);
+    run_sm90_forward_fp8<kHeadDim, kKernelHeadDim, kCausal, Layout>(params);
   } else {
-    run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Sm90ServingLayout>(params);
+    run_sm90_forward_in_layout<kDType, kKernelHeadDim, kCausal, Layout>(params);
+  }
+}
+
+template <DType kDType, int kHeadDim, bool kCausal>
+void run_sm90_forward(const AttentionParams& params) {
+  if (params.is_dense()) {
+    run_sm90_forward_with_layout<kDType, kHeadDim, kCausal, Sm90DenseLayout>(params);
+  } else {
+    run_sm90_forward_with_layout<kDType, kHeadDim, kCausal, Sm90ServingLayout>(params);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/cluster.cuh"
+#include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/sequence_layout.h"
@@ -144,8 +145,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
     // The transposer zeroes V's rows past the keys (v_transpose.cuh); it read the stage's last
     // word before releasing the stage (`empty`), and reads this one after the arrival below.
     if (is_v && Layout::kv_tail_may_hold_garbage(params) && sm90_lead_lane<Layout>(lane)) {
-      const int keys = Layout::seqlen_k(params, tile.batch) - n_block * Config::kBlockN;
-      *smem.v_keys(ring.stage) = keys < Config::kBlockN ? keys : Config::kBlockN;
+      *smem.v_keys(ring.stage) = sm90_keys_in_block<Config, Layout>(params, tile.batch, n_block);
     }
   }
   sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, n_block, kv_head,
