@@ -27,16 +27,55 @@ class Sm90TraceRecorder {
   Sm90TraceRecorder() {
     check(cudaMalloc(&events_, kSlots * kSm90TraceCapacity * sizeof(uint64_t)), "cudaMalloc");
     check(cudaMalloc(&counts_, kSlots * sizeof(uint32_t)), "cudaMalloc");
-    const Sm90TraceBuffer buffer{events_, counts_};
+    check(cudaMalloc(&spans_, kSpanWords * sizeof(uint64_t)), "cudaMalloc");
+    const Sm90TraceBuffer buffer{events_, counts_, spans_};
     check(cudaMemcpyToSymbol(g_sm90_trace, &buffer, sizeof(buffer)), "cudaMemcpyToSymbol");
     reset();
   }
 
-  // Forgets what earlier launches recorded (each launch starts its own counts from 0).
-  void reset() { check(cudaMemset(counts_, 0, kSlots * sizeof(uint32_t)), "cudaMemset"); }
+  // Forgets what earlier launches recorded (each launch starts its own counts from 0; a span's
+  // end is the latest any launch wrote, and a CTA of a larger earlier grid would stay).
+  void reset() {
+    check(cudaMemset(counts_, 0, kSlots * sizeof(uint32_t)), "cudaMemset");
+    check(cudaMemset(spans_, 0, kSpanWords * sizeof(uint64_t)), "cudaMemset");
+  }
 
-  // The last launch's events as `cta,warpgroup,event,clock` rows; exits on failure.
+  // The last launch's events as `cta,warpgroup,event,clock` rows, and beside them (PATH with
+  // _spans before .csv) every CTA's span as `cta,start_ns,end_ns`; exits on failure.
   void write_csv(const std::string& path) const {
+    write_events(path);
+    write_spans(path.substr(0, path.rfind('.')) + "_spans.csv");
+  }
+
+ private:
+  static constexpr size_t kSlots = size_t(kSm90TraceCtas) * kSm90TraceRoles;
+  static constexpr size_t kSpanWords = size_t(kSm90TraceSpanCtas) * 2;
+
+  static FILE* open(const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", path.c_str());
+      std::exit(1);
+    }
+    return f;
+  }
+
+  void write_spans(const std::string& path) const {
+    std::vector<uint64_t> spans(kSpanWords);
+    check(cudaMemcpy(spans.data(), spans_, spans.size() * sizeof(uint64_t),
+                     cudaMemcpyDeviceToHost),
+          "cudaMemcpy");
+    FILE* f = open(path);
+    std::fprintf(f, "cta,start_ns,end_ns\n");
+    for (size_t cta = 0; cta < kSm90TraceSpanCtas; ++cta) {
+      if (spans[2 * cta] == 0) continue;  // no such CTA in the last launch
+      std::fprintf(f, "%zu,%llu,%llu\n", cta, static_cast<unsigned long long>(spans[2 * cta]),
+                   static_cast<unsigned long long>(spans[2 * cta + 1]));
+    }
+    std::fclose(f);
+  }
+
+  void write_events(const std::string& path) const {
     std::vector<uint64_t> events(kSlots * kSm90TraceCapacity);
     std::vector<uint32_t> counts(kSlots);
     check(cudaMemcpy(events.data(), events_, events.size() * sizeof(uint64_t),
@@ -45,11 +84,7 @@ class Sm90TraceRecorder {
     check(cudaMemcpy(counts.data(), counts_, counts.size() * sizeof(uint32_t),
                      cudaMemcpyDeviceToHost),
           "cudaMemcpy");
-    FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cannot write %s\n", path.c_str());
-      std::exit(1);
-    }
+    FILE* f = open(path);
     std::fprintf(f, "cta,warpgroup,event,clock\n");
     for (size_t slot = 0; slot < kSlots; ++slot) {
       for (uint32_t i = 0; i < counts[slot]; ++i) {
@@ -63,8 +98,6 @@ class Sm90TraceRecorder {
     std::printf("trace %s\n", path.c_str());
   }
 
- private:
-  static constexpr size_t kSlots = size_t(kSm90TraceCtas) * kSm90TraceRoles;
   static void check(cudaError_t status, const char* what) {
     if (status == cudaSuccess) return;
     std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(status));
@@ -72,6 +105,7 @@ class Sm90TraceRecorder {
   }
   uint64_t* events_ = nullptr;
   uint32_t* counts_ = nullptr;
+  uint64_t* spans_ = nullptr;
 };
 
 }  // namespace flashcore::detail

@@ -8,9 +8,13 @@ turn n the last P V. The report gives, in SM clocks (mean over tiles and consume
   - the steady period: between two consecutive turns in the middle of a tile;
   - each gap between consecutive events, split into "steady" (turns 2 .. n-2) and per boundary turn;
   - the tile's fixed cost: tile time minus n steady periods, also in periods.
+Beside FILE.csv, FILE_spans.csv (every CTA's start and end in the global nanosecond timer) gives
+the launch's span and what lies outside the CTAs' tile loops: when CTAs start after the first,
+their durations, and how long the last CTA runs after each other one has ended.
 Usage: trace_report.py FILE.csv [FILE.csv ...]
 """
 import csv
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -114,9 +118,32 @@ def report(path):
               f"{statistics.mean(q_latency):.0f}, median {statistics.median(q_latency):.0f} clocks")
 
 
+def report_spans(path):
+    """The launch from every CTA's start and end (nanoseconds of the global timer)."""
+    with open(path) as f:
+        spans = [(int(r["start_ns"]), int(r["end_ns"])) for r in csv.DictReader(f)]
+    if not spans:
+        return
+    first = min(start for start, _ in spans)
+    last = max(end for _, end in spans)
+    starts = sorted((start - first) / 1e3 for start, _ in spans)
+    durations = sorted((end - start) / 1e3 for start, end in spans)
+    idle_after = sorted((last - end) / 1e3 for _, end in spans)
+    print(f"   spans: {len(spans)} CTAs over {(last - first) / 1e3:.1f} us; start after the first "
+          f"(median / max) {statistics.median(starts):.1f} / {starts[-1]:.1f} us; CTA time "
+          f"min / median / max {durations[0]:.1f} / {statistics.median(durations):.1f} / "
+          f"{durations[-1]:.1f} us; idle before the last CTA ends (median / max) "
+          f"{statistics.median(idle_after):.1f} / {idle_after[-1]:.1f} us")
+
+
 def main():
     for path in sys.argv[1:]:
+        if path.endswith("_spans.csv"):
+            continue
         report(path)
+        spans = path[:-len(".csv")] + "_spans.csv"
+        if os.path.exists(spans):
+            report_spans(spans)
 
 
 if __name__ == "__main__":

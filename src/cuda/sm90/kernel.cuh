@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
   static_assert(
       Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
       "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
+  sm90_trace_span_begin();
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
 
@@ -206,6 +207,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     if (Scheduler::kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // last O store
   }
   sm90_cluster_sync<Config, Layout>();  // clustered: no CTA leaves while a peer may reach it
+  sm90_trace_span_end();
 #endif
 }
 

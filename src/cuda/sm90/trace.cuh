@@ -47,10 +47,18 @@ constexpr int kSm90TraceCapacity = 1 << 14;
 constexpr int kSm90TraceClockBits = 56;
 constexpr uint64_t kSm90TraceClockMask = (uint64_t(1) << kSm90TraceClockBits) - 1;
 
+// CTAs whose span the tool records besides (every CTA of a grid up to a few waves).
+constexpr int kSm90TraceSpanCtas = 1024;
+
 #ifdef FLASHCORE_SM90_TRACE
 struct Sm90TraceBuffer {
   uint64_t* events;  // [kSm90TraceCtas][kSm90TraceRoles][kSm90TraceCapacity]
   uint32_t* counts;  // [kSm90TraceCtas][kSm90TraceRoles], events recorded by the last launch
+  // [kSm90TraceSpanCtas][2]: each CTA's start and the end of its last warpgroup in the GPU's
+  // global nanosecond timer, which every SM reads alike (the SM clocks of the events above are
+  // each SM's own): where a launch's time goes outside the CTAs' tile loops (start, imbalance,
+  // the last CTA's end). The tool zeroes it before a launch.
+  uint64_t* spans;
 };
 static __constant__ Sm90TraceBuffer g_sm90_trace;
 
@@ -79,9 +87,33 @@ __device__ __forceinline__ void sm90_trace(Sm90Event event) {
   sm90_trace_counter()[role] = index + 1;
   g_sm90_trace.counts[slot] = index + 1;
 }
+
+__device__ __forceinline__ uint64_t sm90_trace_global_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+// At the kernel's first instruction, by thread 0.
+__device__ __forceinline__ void sm90_trace_span_begin() {
+  if (threadIdx.x != 0 || blockIdx.x >= kSm90TraceSpanCtas || g_sm90_trace.spans == nullptr) return;
+  g_sm90_trace.spans[2 * blockIdx.x] = sm90_trace_global_ns();
+}
+
+// At the kernel's end, by thread 0 of every warpgroup: the CTA's end is its latest.
+__device__ __forceinline__ void sm90_trace_span_end() {
+  if (threadIdx.x % kSm90TraceWarpgroupThreads != 0 || blockIdx.x >= kSm90TraceSpanCtas ||
+      g_sm90_trace.spans == nullptr) {
+    return;
+  }
+  atomicMax(reinterpret_cast<unsigned long long*>(&g_sm90_trace.spans[2 * blockIdx.x + 1]),
+            static_cast<unsigned long long>(sm90_trace_global_ns()));
+}
 #else
 __device__ __forceinline__ void sm90_trace_reset() {}
 __device__ __forceinline__ void sm90_trace(Sm90Event) {}
+__device__ __forceinline__ void sm90_trace_span_begin() {}
+__device__ __forceinline__ void sm90_trace_span_end() {}
 #endif
 
 }  // namespace flashcore::detail
