@@ -57,7 +57,7 @@ struct Sm90TraceBuffer {
   // [kSm90TraceSpanCtas][2]: each CTA's start and the end of its last warpgroup in the GPU's
   // global nanosecond timer, which every SM reads alike (the SM clocks of the events above are
   // each SM's own): where a launch's time goes outside the CTAs' tile loops (start, imbalance,
-  // the last CTA's end). The tool zeroes it before a launch.
+  // the last CTA's end). Sm90TraceRecorder::reset zeroes it.
   uint64_t* spans;
 };
 static __constant__ Sm90TraceBuffer g_sm90_trace;
