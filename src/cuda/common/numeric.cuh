@@ -48,6 +48,22 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// 1 / x (rcp.approx, at most 1 ulp off) and log2(x) (lg2.approx, absolute error below 2^-22) on
+// the special-function unit: one MUFU each, where 1.0f / x and logf are IEEE-exact routines of
+// dozens of instructions with a slow path behind a branch. For the softmax's row sums, which
+// are at least 1 (the row's max contributes 2^0, or 2^kPOffsetLog2).
+__device__ __forceinline__ float reciprocal_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // 2^x on the FMA pipe, for softmaxes whose exponentials outnumber what the special-function unit
 // keeps up with beside the tensor cores (FP8: Sm90Switch::kFmaExp2). x is rounded to an integer j
 // by the 1.5 x 2^23 magic, 2^f for f = x - j in [-0.5, 0.5] is a cubic (relative error < 5.2e-4,

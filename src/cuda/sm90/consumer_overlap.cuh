@@ -178,6 +178,10 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
           sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
     }
   };
+  // The caller's slab_row_begin where it decided that this consumer has no row (what it proved
+  // about the slab then folds the epilogue's row checks).
+  const int epilogue_row_begin = kComputes ? rows.slab_row_begin : slab_row_begin;
+  Sm90RowTotals totals;  // read by the epilogue only where the row takes them early
   if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
@@ -286,6 +290,13 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
     turns.end();
     sm90_trace(Sm90Event::kIssued);
+    // The softmax is final once the last P is taken: with kTotalsUnderPv the row totals go under
+    // its P V. (The wait stays in this branch: ptxas serializes every wgmma of a kernel where
+    // some path from an issue reaches a read of its accumulators without the wait.)
+    if constexpr (Config::kTotalsUnderPv) {
+      totals = Epilogue::row_totals(softmax, params, kv_split, tile, epilogue_row_begin,
+                                    thread_in_warpgroup);
+    }
     if constexpr (kComputes) {
       wgmma_wait_group<0>();
       fence_accumulators(o);
@@ -293,13 +304,13 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     sm90_trace(Sm90Event::kPvDone);
     sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
+  } else if constexpr (Config::kTotalsUnderPv) {
+    totals = Epilogue::row_totals(softmax, params, kv_split, tile, epilogue_row_begin,
+                                  thread_in_warpgroup);
   }
 
-  // The caller's slab_row_begin where it decided that this consumer has no row (what it proved
-  // about the slab then folds the epilogue's row checks).
-  Epilogue::store(o, softmax, smem, map_o, params, kv_split, tile,
-                  kComputes ? rows.slab_row_begin : slab_row_begin, consumer, thread_in_warpgroup,
-                  state, release);
+  Epilogue::store(o, softmax, totals, smem, map_o, params, kv_split, tile, epilogue_row_begin,
+                  consumer, thread_in_warpgroup, state, release);
   sm90_trace(Sm90Event::kEpilogueDone);
 }
 

@@ -84,9 +84,67 @@ __device__ __forceinline__ void sm90_store_o_rows(const float (&o)[kOAccRegs],
   });
 }
 
+// lse of a thread's two rows (row0 and row0 + 8 of its consumer's 64-row slab), those the
+// sequence has.
+__device__ __forceinline__ void sm90_write_lse(const float (&lse)[2],
+                                               const AttentionParams& params, int head, int batch,
+                                               int slab_row_begin, int row0, int group_shift,
+                                               int query_rows) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = slab_row_begin + row0 + 8 * r;
+    const int head_q = sm90_row_head(head, row, group_shift);
+    if (row >= 0 && row < query_rows) {
+      params.lse[params.lse_offset(batch, head_q, sm90_row_position(row, group_shift))] = lse[r];
+    }
+  }
+}
+
+// A thread's two rows once their softmax is final: the factor that normalizes O (with FP8's V
+// descale) and lse.
+struct Sm90RowTotals {
+  float inv_sum[2];
+  float lse[2];
+};
+
+// Rows with Config::kTotalsUnderPv: the row totals and lse (a split writes its partial lse
+// beside its O instead), taken right after the tile's last P V is issued, with the approximate
+// reciprocal and log2, so that the quad sums, the MUFU work, the lse stores and their parameter
+// loads run under that P V (docs/kernels.md, runs 170-176). Other rows take them in the
+// epilogue, after the P V.
+template <class Config, class Layout>
+__device__ __forceinline__ Sm90RowTotals sm90_row_totals(const OnlineSoftmaxRows& softmax,
+                                                         const AttentionParams& params,
+                                                         const Sm90KvSplit& kv_split,
+                                                         const Sm90Tile& tile, int slab_row_begin,
+                                                         int thread_in_warpgroup) {
+  static_assert(Config::kTotalsUnderPv, "the other rows take their totals in sm90_epilogue");
+  const int head = tile.head, batch = tile.batch;
+  const int lane = thread_in_warpgroup % 32;
+  const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
+  const int group_shift = sm90_group_shift<Config>(params);
+  const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
+  Sm90RowTotals totals;
+  softmax.finalize<Config::Element::kPOffsetLog2, /*kApproximate=*/true>(totals.inv_sum,
+                                                                         totals.lse);
+  if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
+    const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
+    totals.inv_sum[0] *= v_descale;
+    totals.inv_sum[1] *= v_descale;
+  }
+  const bool writes_split = Config::kPacksGroups && kv_split.splits > 1;
+  if (params.lse != nullptr && !writes_split && lane % 4 == 0) {
+    sm90_write_lse(totals.lse, params, head, batch, slab_row_begin, row0, group_shift,
+                   query_rows);
+  }
+  return totals;
+}
+
+// `totals`: sm90_row_totals' for rows with Config::kTotalsUnderPv; unread otherwise.
 template <DType kDType, class Config, class Layout, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
+                                              const Sm90RowTotals& totals,
                                               uint8_t* o_staging, const CUtensorMap* map_o,
                                               const AttentionParams& params,
                                               const Sm90KvSplit& kv_split, const Sm90Tile& tile,
@@ -100,11 +158,19 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
 
   float inv_sum[2], lse[2];
-  softmax.finalize<Config::Element::kPOffsetLog2>(inv_sum, lse);
-  if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
-    const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
-    inv_sum[0] *= v_descale;
-    inv_sum[1] *= v_descale;
+  if constexpr (Config::kTotalsUnderPv) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      inv_sum[r] = totals.inv_sum[r];
+      lse[r] = totals.lse[r];
+    }
+  } else {
+    softmax.finalize<Config::Element::kPOffsetLog2>(inv_sum, lse);
+    if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
+      const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
+      inv_sum[0] *= v_descale;
+      inv_sum[1] *= v_descale;
+    }
   }
   scale_rows(o, inv_sum);
 
@@ -119,15 +185,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
 
-  if (params.lse != nullptr && !writes_split && lane % 4 == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = slab_row_begin + row0 + 8 * r;
-      const int head_q = sm90_row_head(head, row, group_shift);
-      if (row >= 0 && row < query_rows) {
-        params.lse[params.lse_offset(batch, head_q, sm90_row_position(row, group_shift))] = lse[r];
-      }
-    }
+  if (!Config::kTotalsUnderPv && params.lse != nullptr && !writes_split && lane % 4 == 0) {
+    sm90_write_lse(lse, params, head, batch, slab_row_begin, row0, group_shift, query_rows);
   }
 
   // A slab that crosses the end of a packed sequence: its rows past the end belong to the next
@@ -200,16 +259,28 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
 }
 
-// The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type). O
+// The general kernel's epilogue policy: how a consumer ends a tile (kDType: the output type),
+// after row_totals under its last P V where the row takes them there (kTotalsUnderPv). O
 // goes out through its own staging buffer, or a V stage once every reader of the V there is done
 // (persistent CTAs, which hand Q back early), else through the consumer's Q slab, or (FP8 with V
 // stages smaller than O) from registers; then the Q phase moves on. `state.ring` is already past
 // the tile's last V.
 template <DType kDType, class Config, class Layout>
 struct Sm90Epilogue {
+__device__ __forceinline__ static Sm90RowTotals row_totals(const OnlineSoftmaxRows& softmax,
+                                                            const AttentionParams& params,
+                                                            const Sm90KvSplit& kv_split,
+                                                            const Sm90Tile& tile,
+                                                            int slab_row_begin,
+                                                            int thread_in_warpgroup) {
+  return sm90_row_totals<Config, Layout>(softmax, params, kv_split, tile, slab_row_begin,
+                                         thread_in_warpgroup);
+}
+
 template <int kOAccRegs>
 __device__ __forceinline__ static void store(float (&o)[kOAccRegs],
                                                  const OnlineSoftmaxRows& softmax,
+                                                 const Sm90RowTotals& totals,
                                                  const Sm90SmemLayout<Config>& smem,
                                                  const CUtensorMap* map_o,
                                                  const AttentionParams& params,
@@ -226,7 +297,7 @@ __device__ __forceinline__ static void store(float (&o)[kOAccRegs],
   } else if (release.stages_o_in_own_buffer()) {
     staging = smem.o_staging(consumer);
   }
-  sm90_epilogue<kDType, Config, Layout>(o, softmax, staging, map_o, params, kv_split, tile,
+  sm90_epilogue<kDType, Config, Layout>(o, softmax, totals, staging, map_o, params, kv_split, tile,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
   state.q_phase ^= 1;
 }

@@ -146,14 +146,23 @@ struct OnlineSoftmaxRows {
 
   // Per row: the factor that normalizes O (0 for a row with no visible key, so out = 0) and the
   // log-sum-exp in natural-log units (-inf for such a row); kPOffsetLog2 as update() took it.
-  template <int kPOffsetLog2 = 0>
+  // kApproximate: the reciprocal and log2 on the special-function unit, one MUFU each and no
+  // branch, where IEEE division and logf take dozens of instructions behind a slow-path branch
+  // (docs/kernels.md, run 170); a visible row's sum is at least 1, inside both bounds.
+  template <int kPOffsetLog2 = 0, bool kApproximate = false>
   __device__ __forceinline__ void finalize(float (&inv_sum)[2], float (&lse)[2]) const {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float sum = quad_sum(row_sum[r]);
       const bool any_visible = sum > 0.0f;
-      inv_sum[r] = any_visible ? 1.0f / sum : 0.0f;
-      lse[r] = any_visible ? (row_max[r] - kPOffsetLog2) * kLn2 + logf(sum) : kNegInfinity;
+      if constexpr (kApproximate) {
+        inv_sum[r] = any_visible ? reciprocal_approx(sum) : 0.0f;
+        lse[r] = any_visible ? (row_max[r] - kPOffsetLog2 + log2_approx(sum)) * kLn2
+                             : kNegInfinity;
+      } else {
+        inv_sum[r] = any_visible ? 1.0f / sum : 0.0f;
+        lse[r] = any_visible ? (row_max[r] - kPOffsetLog2) * kLn2 + logf(sum) : kNegInfinity;
+      }
     }
   }
 };

@@ -47,6 +47,9 @@ enum class Sm90Switch : unsigned {
   // it, and only the thread that stored it waits for that: the consumer's other threads arrive on
   // o_free at once and start the next tile. Otherwise the whole warpgroup waits for the read.
   kLoneStoreWait = 1u << 8,
+  // A tile's row totals (the quad-reduced sums, MUFU reciprocal and log2) and its lse stores go
+  // between the last P V's issue and its wait, under that P V, instead of after it.
+  kTotalsUnderPv = 1u << 9,
 };
 // FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
 // as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
@@ -102,6 +105,7 @@ constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
 constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
 constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
 constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
+constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -161,7 +165,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); n224 at 24 /
     //   240 registers lost 23-29% (run 119: the producer spills). In d256 only the storing
     //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
-    //   take turns, ran their causal configs 0.98x with it; runs 146 and 148).
+    //   take turns, ran their causal configs 0.98x with it; runs 146 and 148). In d256 the row
+    //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
+    //   1.006x or more (run 176; the 16-bit d256 rows 0.996x).
     {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong,
        /*cluster_m=*/1, /*input_bytes=*/1},
@@ -182,10 +188,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kLoneWait, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv, /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kLoneWait, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv, /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
