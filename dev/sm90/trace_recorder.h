@@ -60,11 +60,15 @@ class Sm90TraceRecorder {
     return f;
   }
 
+  template <class T>
+  static std::vector<T> to_host(const T* device, size_t count) {
+    std::vector<T> host(count);
+    check(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return host;
+  }
+
   void write_spans(const std::string& path) const {
-    std::vector<uint64_t> spans(kSpanWords);
-    check(cudaMemcpy(spans.data(), spans_, spans.size() * sizeof(uint64_t),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+    const std::vector<uint64_t> spans = to_host(spans_, kSpanWords);
     FILE* f = open(path);
     std::fprintf(f, "cta,start_ns,end_ns\n");
     for (size_t cta = 0; cta < kSm90TraceSpanCtas; ++cta) {
@@ -76,14 +80,8 @@ class Sm90TraceRecorder {
   }
 
   void write_events(const std::string& path) const {
-    std::vector<uint64_t> events(kSlots * kSm90TraceCapacity);
-    std::vector<uint32_t> counts(kSlots);
-    check(cudaMemcpy(events.data(), events_, events.size() * sizeof(uint64_t),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
-    check(cudaMemcpy(counts.data(), counts_, counts.size() * sizeof(uint32_t),
-                     cudaMemcpyDeviceToHost),
-          "cudaMemcpy");
+    const std::vector<uint64_t> events = to_host(events_, kSlots * kSm90TraceCapacity);
+    const std::vector<uint32_t> counts = to_host(counts_, kSlots);
     FILE* f = open(path);
     std::fprintf(f, "cta,warpgroup,event,clock\n");
     for (size_t slot = 0; slot < kSlots; ++slot) {

@@ -100,12 +100,42 @@ __device__ __forceinline__ void sm90_write_lse(const float (&lse)[2],
   }
 }
 
+// Where a consumer thread's two rows go: its lane, its first row in the 64-row slab (the second
+// is row0 + 8), and the packing and length of the tile's query rows (sm90_group_shift).
+struct Sm90SlabRows {
+  int lane, row0, group_shift, query_rows;
+  template <class Config, class Layout>
+  __device__ __forceinline__ static Sm90SlabRows of(const AttentionParams& params, int batch,
+                                                    int thread_in_warpgroup) {
+    Sm90SlabRows rows;
+    rows.lane = thread_in_warpgroup % 32;
+    rows.row0 = (thread_in_warpgroup / 32) * 16 + rows.lane / 4;
+    rows.group_shift = sm90_group_shift<Config>(params);
+    rows.query_rows = sm90_query_rows<Layout>(params, batch, rows.group_shift);
+    return rows;
+  }
+};
+
 // A thread's two rows once their softmax is final: the factor that normalizes O (with FP8's V
 // descale) and lse.
 struct Sm90RowTotals {
   float inv_sum[2];
   float lse[2];
 };
+
+template <class Config, bool kApproximate>
+__device__ __forceinline__ Sm90RowTotals sm90_finalize_rows(const OnlineSoftmaxRows& softmax,
+                                                            const AttentionParams& params,
+                                                            const Sm90Tile& tile) {
+  Sm90RowTotals totals;
+  softmax.finalize<Config::Element::kPOffsetLog2, kApproximate>(totals.inv_sum, totals.lse);
+  if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
+    const float v_descale = params.v_descale_of(tile.batch, params.kv_head_of(tile.head));
+    totals.inv_sum[0] *= v_descale;
+    totals.inv_sum[1] *= v_descale;
+  }
+  return totals;
+}
 
 // Rows with Config::kTotalsUnderPv: the row totals and lse (a split writes its partial lse
 // beside its O instead), taken right after the tile's last P V is issued, with the approximate
@@ -119,32 +149,23 @@ __device__ __forceinline__ Sm90RowTotals sm90_row_totals(const OnlineSoftmaxRows
                                                          const Sm90Tile& tile, int slab_row_begin,
                                                          int thread_in_warpgroup) {
   static_assert(Config::kTotalsUnderPv, "the other rows take their totals in sm90_epilogue");
-  const int head = tile.head, batch = tile.batch;
-  const int lane = thread_in_warpgroup % 32;
-  const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
-  const int group_shift = sm90_group_shift<Config>(params);
-  const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
-  Sm90RowTotals totals;
-  softmax.finalize<Config::Element::kPOffsetLog2, /*kApproximate=*/true>(totals.inv_sum,
-                                                                         totals.lse);
-  if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
-    const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
-    totals.inv_sum[0] *= v_descale;
-    totals.inv_sum[1] *= v_descale;
-  }
+  const Sm90SlabRows rows =
+      Sm90SlabRows::of<Config, Layout>(params, tile.batch, thread_in_warpgroup);
+  const Sm90RowTotals totals =
+      sm90_finalize_rows<Config, /*kApproximate=*/true>(softmax, params, tile);
   const bool writes_split = Config::kPacksGroups && kv_split.splits > 1;
-  if (params.lse != nullptr && !writes_split && lane % 4 == 0) {
-    sm90_write_lse(totals.lse, params, head, batch, slab_row_begin, row0, group_shift,
-                   query_rows);
+  if (params.lse != nullptr && !writes_split && rows.lane % 4 == 0) {
+    sm90_write_lse(totals.lse, params, tile.head, tile.batch, slab_row_begin, rows.row0,
+                   rows.group_shift, rows.query_rows);
   }
   return totals;
 }
 
-// `totals`: sm90_row_totals' for rows with Config::kTotalsUnderPv; unread otherwise.
+// `early`: sm90_row_totals' for rows with Config::kTotalsUnderPv; unread otherwise.
 template <DType kDType, class Config, class Layout, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               const OnlineSoftmaxRows& softmax,
-                                              const Sm90RowTotals& totals,
+                                              const Sm90RowTotals& early,
                                               uint8_t* o_staging, const CUtensorMap* map_o,
                                               const AttentionParams& params,
                                               const Sm90KvSplit& kv_split, const Sm90Tile& tile,
@@ -152,26 +173,16 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               int thread_in_warpgroup,
                                               const Sm90QRelease& release) {
   const int head = tile.head, batch = tile.batch;
-  const int lane = thread_in_warpgroup % 32;
-  const int row0 = (thread_in_warpgroup / 32) * 16 + lane / 4;  // row in the 64-row slab
-  const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
-  const int query_rows = sm90_query_rows<Layout>(params, batch, group_shift);
+  const Sm90SlabRows rows = Sm90SlabRows::of<Config, Layout>(params, batch, thread_in_warpgroup);
+  const int lane = rows.lane, row0 = rows.row0;
+  const int group_shift = rows.group_shift, query_rows = rows.query_rows;
 
-  float inv_sum[2], lse[2];
-  if constexpr (Config::kTotalsUnderPv) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      inv_sum[r] = totals.inv_sum[r];
-      lse[r] = totals.lse[r];
-    }
-  } else {
-    softmax.finalize<Config::Element::kPOffsetLog2>(inv_sum, lse);
-    if constexpr (Config::kDType == DType::kFloat8E4M3) {  // P V was taken on V as stored
-      const float v_descale = params.v_descale_of(batch, params.kv_head_of(head));
-      inv_sum[0] *= v_descale;
-      inv_sum[1] *= v_descale;
-    }
-  }
+  const Sm90RowTotals totals =
+      Config::kTotalsUnderPv ? early
+                             : sm90_finalize_rows<Config, /*kApproximate=*/false>(softmax, params,
+                                                                                  tile);
+  const float(&inv_sum)[2] = totals.inv_sum;
+  const float(&lse)[2] = totals.lse;
   scale_rows(o, inv_sum);
 
   // A split writes partial results instead of out and lse; the staging and hand-back below run
