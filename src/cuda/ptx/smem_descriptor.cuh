@@ -41,23 +41,53 @@ __device__ __forceinline__ uint64_t make_smem_descriptor(uint32_t smem_address,
   return desc;
 }
 
+// The descriptor of the operand `offset` bytes into a tile that starts at `tile_address`, with
+// the offset added to the encoded start address (offset >> 4 in the low word) instead of encoded
+// with it: the steps of one tile share the encoding of its base, and each step costs one add of a
+// constant where encoding it costs four more uniform operations. The start address field cannot
+// carry into LBO's bits: shared memory ends below 256 KB, where start addresses fill the field's
+// 14 bits, and every tile starts on a 16-byte boundary.
+__device__ __forceinline__ uint64_t make_smem_descriptor_stepped(uint32_t tile_address,
+                                                                 uint32_t offset,
+                                                                 uint32_t leading_byte_offset,
+                                                                 uint32_t stride_byte_offset) {
+  const uint32_t base = ((tile_address & 0x3FFFF) >> 4) |
+                        (((leading_byte_offset >> 4) & 0x3FFF) << 16);
+  const uint32_t high = ((stride_byte_offset >> 4) & 0x3FFF) |
+                        static_cast<uint32_t>(kDescriptorSwizzle128B << 30);
+  return (static_cast<uint64_t>(high) << 32) | (base + (offset >> 4));
+}
+
+// The operand `offset` bytes into a tile: encoded whole, or (kStepped) as the tile's base
+// descriptor plus the offset (the tuning table's kStepDescriptors says which, per row).
+template <bool kStepped>
+__device__ __forceinline__ uint64_t smem_descriptor_at(uint32_t tile_address, uint32_t offset,
+                                                       uint32_t leading_byte_offset,
+                                                       uint32_t stride_byte_offset) {
+  if constexpr (kStepped) {
+    return make_smem_descriptor_stepped(tile_address, offset, leading_byte_offset,
+                                        stride_byte_offset);
+  } else {
+    return make_smem_descriptor(tile_address + offset, leading_byte_offset, stride_byte_offset);
+  }
+}
+
 // K-major operand, k-th 16-element step along K, of a column-block tile with `rows` rows.
-template <int kRows>
+template <int kRows, bool kStepped = false>
 __device__ __forceinline__ uint64_t kmajor_descriptor(uint32_t tile_address, int k_step) {
   constexpr uint32_t kBlockBytes = kRows * kSwizzleBytes;
   constexpr uint32_t kStepsPerBlock = kElementsPerSwizzleRow / 16;
-  const uint32_t address =
-      tile_address + (k_step / kStepsPerBlock) * kBlockBytes + (k_step % kStepsPerBlock) * 32;
-  return make_smem_descriptor(address, 16, kSwizzleAtomBytes);
+  const uint32_t offset = (k_step / kStepsPerBlock) * kBlockBytes + (k_step % kStepsPerBlock) * 32;
+  return smem_descriptor_at<kStepped>(tile_address, offset, 16, kSwizzleAtomBytes);
 }
 
 // MN-major operand (transpose bit set), k-th 16-row step along K, of a column-block tile whose
 // rows are K (`kRows` of them) and whose columns are N.
-template <int kRows>
+template <int kRows, bool kStepped = false>
 __device__ __forceinline__ uint64_t mnmajor_descriptor(uint32_t tile_address, int k_step) {
   constexpr uint32_t kBlockBytes = kRows * kSwizzleBytes;
-  const uint32_t address = tile_address + k_step * 16 * kSwizzleBytes;
-  return make_smem_descriptor(address, kBlockBytes, kSwizzleAtomBytes);
+  return smem_descriptor_at<kStepped>(tile_address, k_step * 16 * kSwizzleBytes, kBlockBytes,
+                                      kSwizzleAtomBytes);
 }
 
 // Byte offset of element (row, col) in a column-block tile with `kRows` rows (for threads that

@@ -27,6 +27,7 @@ struct Sm90ConsumerMathBase {
   static constexpr int kOAccRegs = Config::kComputedHeadDim / 2;  // O's columns past it: padding
   static constexpr int kWgmmaK = Config::Element::kWgmmaK;
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
+  static constexpr bool kStepped = Config::kStepDescriptors;  // smem_descriptor.cuh
   using GemmS = GemmS_;
 
   // Issues S = Q K^T (not waited for), over the Config::kComputedHeadDim columns that are not
@@ -36,8 +37,8 @@ struct Sm90ConsumerMathBase {
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < Config::kComputedHeadDim / kWgmmaK; ++k) {
-      GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer>(q_slab, k),
-                kmajor_descriptor<kBlockN>(k_tile, k), k > 0 ? 1 : 0);
+      GemmS::ss(s, kmajor_descriptor<Config::kRowsPerConsumer, kStepped>(q_slab, k),
+                kmajor_descriptor<kBlockN, kStepped>(k_tile, k), k > 0 ? 1 : 0);
     }
     wgmma_commit_group();
   }
@@ -61,7 +62,8 @@ struct Sm90ConsumerMath
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kPSteps; ++k) {
-      GemmO::template rs<kTransposeV>(o, p[k], mnmajor_descriptor<kBlockN>(v_tile, k), 1);
+      GemmO::template rs<kTransposeV>(
+          o, p[k], mnmajor_descriptor<kBlockN, Base::kStepped>(v_tile, k), 1);
     }
     wgmma_commit_group();
   }
@@ -96,7 +98,7 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kPSteps; ++k) {
-      GemmO::rs(o, p[k], kmajor_descriptor<kHeadDim>(vt_tile, k), 1);
+      GemmO::rs(o, p[k], kmajor_descriptor<kHeadDim, Base::kStepped>(vt_tile, k), 1);
     }
     wgmma_commit_group();
   }

@@ -130,6 +130,7 @@ struct Sm90TileConfig {
   static constexpr bool kPingPong = !kRow.has(Sm90Switch::kNoPingPong);
   static constexpr bool kSoftmaxAfterPv = kRow.has(Sm90Switch::kSoftmaxAfterPv);
   static constexpr bool kTotalsUnderPv = kRow.has(Sm90Switch::kTotalsUnderPv);
+  static constexpr bool kStepDescriptors = kRow.has(Sm90Switch::kStepDescriptors);
   static constexpr int kFmaExpPeriod = kRow.has(Sm90Switch::kFmaExp2) ? kSm90FmaExpPeriod : 0;
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.
   static constexpr bool kSkipsRowlessConsumers =

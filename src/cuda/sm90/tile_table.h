@@ -50,6 +50,12 @@ enum class Sm90Switch : unsigned {
   // A tile's row totals (the quad-reduced sums, MUFU reciprocal and log2) and its lse stores go
   // between the last P V's issue and its wait, under that P V, instead of after it.
   kTotalsUnderPv = 1u << 9,
+  // The wgmma shared-memory descriptors of a tile's k-steps as the tile's base descriptor plus a
+  // constant, one add a wgmma, instead of each encoded from its address (smem_descriptor.cuh):
+  // 5-16% fewer instructions a KV step. On the 16-bit non-causal rows 1.002-1.015x, on the fp8
+  // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it and keep
+  // the encoded descriptors (docs/kernels.md, runs 177-180).
+  kStepDescriptors = 1u << 10,
 };
 // FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
 // as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
@@ -106,15 +112,16 @@ constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
 constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
 constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
 constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
+constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
     // clang-format off
     //  hd  causal  max_seqlen_q  n  stages cons sched  L2 MiB  switches
     {  64, false,  4096,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kDead | sm90_table::kRowless},
+       sm90_table::kDead | sm90_table::kRowless | sm90_table::kStepDesc},
     {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kOne,  sm90_table::kL2,
-       sm90_table::kDead},
+       sm90_table::kDead | sm90_table::kStepDesc},
     {  64, true,   512,        128, 3, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kDead | sm90_table::kRowless},
     {  64, true,   1024,       128, 2, 3, sm90_table::kPers, 24,
@@ -122,14 +129,15 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kDead | sm90_table::kRowless},
     { 128, false,  512,        128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kStepDesc},
     // Clusters of two above 2k only: on the H100 they ran 1k / 2k at 0.965 / 0.960 of this row
     // unclustered and 4k-16k at 1.037-1.039 (docs/kernels.md, run 110).
     { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
+       sm90_table::kStepDesc},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless,
-       /*cluster_m=*/2},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
+       sm90_table::kStepDesc, /*cluster_m=*/2},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy},
     // n128 at every length since the softmax starts beside its own P V: above 4k it ran 1.02-1.05x
@@ -139,7 +147,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // d256 keeps the softmax after its P V: split into masked and unmasked loops its causal row
     // ran 0.97-0.98x as fast, its non-causal row 1.00x (docs/kernels.md, runs 132 and 140).
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
@@ -169,29 +177,31 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
     //   1.006x or more (run 176; the 16-bit d256 rows 0.996x).
     {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
     // clang-format on
 };
 
