@@ -88,8 +88,9 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int,
                    help="untimed runs before timing (GPU 5, graph replays 2, CPU 1)")
     p.add_argument("--rounds", type=int,
-                   help="interleaved timing rounds: every implementation runs iters / rounds "
-                        "timed runs per round, in turn (GPU 3, CPU 1)")
+                   help="interleaved timing rounds, at least (GPU 3, CPU 1): rounded up to "
+                        "whole balanced Latin squares of the implementations timed; every "
+                        "implementation runs iters / rounds timed runs per round")
     p.add_argument("--budget-s", type=float, default=3.0,
                    help="cap on timing seconds per implementation and config (min 5 runs)")
     p.add_argument("--check-rows", type=int, default=64, help="query rows of batch 0 checked")

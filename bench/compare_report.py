@@ -90,7 +90,10 @@ def summarize(records, flashcore_names, anchors):
 
 def _rounds_note(meta):
     rounds = meta.get("rounds", 1)
-    return f" in {rounds} interleaved rounds" if rounds > 1 else ""
+    if rounds <= 1:
+        return ""
+    return (f" in {rounds} or more interleaved rounds (a balanced Latin square: each "
+            "implementation in every place and after every other one equally often)")
 
 
 def _timing_note(meta):

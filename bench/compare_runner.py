@@ -91,10 +91,13 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
     and 1800 MHz (dev/sm90/power_probe.py), so one block per implementation after another gives
     each whatever clock the card had then: single configs' ratios moved by up to 10% between
     passes of the same grid. Interleaving gives every implementation the same mix of clocks.
-    The order rotates from round to round (A B C, B C A, C A B): the clock follows the power
-    drawn over the last few milliseconds, so whoever runs right after a light kernel (FA2) or
-    after the idle gap between configs starts faster; with as many rounds as implementations,
-    each takes every place once.
+    The order changes from round to round: the clock follows the power drawn over the last tens
+    of milliseconds, so whoever runs right after a light kernel (FA2) or after the idle gap
+    between configs runs faster, for several replays. A rotation (A B C D, B C D A, ...) keeps
+    the same neighbours, which put FlashCore after FA2 in every round of the standard four and
+    FA3 after FlashCore; the rounds follow a balanced Latin square instead
+    (`balanced_round_orders`): every implementation in every place, and right after every other
+    one, equally often. `rounds` is rounded up to a whole number of the square's rows.
     `timed` is a list of (name, fn, make_context or None[, calls]), make_context returning a
     fresh context manager to run fn under (SDPA's backend choice) and calls the number of
     attention calls one run of fn makes (a CUDA graph's replay; default 1): iters counts runs
@@ -108,13 +111,18 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
                 for _ in range(warmup):
                     fn()
                 runs = _run_count(fn, iters, budget_s, on_gpu)
-            plans[name] = (fn, make_context, -(-runs // rounds), [])
+            plans[name] = (fn, make_context, runs, [])
         except Exception as error:  # timed like the checked run, so rare: out of memory, ...
             results[name] = {"error": short_reason(error)}
+    names = list(plans)
+    orders = balanced_round_orders(len(names))
+    rounds = -(-max(rounds, 1) // len(orders)) * len(orders)
+    plans = {name: (fn, make_context, -(-runs // rounds), times)
+             for name, (fn, make_context, runs, times) in plans.items()}
     for round_index in range(rounds):
-        names = list(plans)
-        start = round_index % len(names) if names else 0
-        for name in names[start:] + names[:start]:
+        for name in [names[i] for i in orders[round_index % len(orders)]]:
+            if name not in plans:  # raised in an earlier round
+                continue
             fn, make_context, per_round, times = plans[name]
             try:
                 with _context(make_context):
@@ -130,6 +138,23 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
         if calls > 1:
             results[name]["calls_per_run"] = calls
     return results
+
+
+def balanced_round_orders(count):
+    """Orders of `count` implementations for successive rounds, a balanced Latin square
+    (Williams): each index in every place, and right after every other index, equally often
+    (count rows for an even count, 2 x count for an odd one: the rows and their reverses)."""
+    if count < 2:
+        return [list(range(count))]
+    first, low, high = [0], 1, count - 1
+    while len(first) < count:  # 0, 1, n-1, 2, n-2, ...
+        first.append(low)
+        low += 1
+        if len(first) < count:
+            first.append(high)
+            high -= 1
+    rows = [[(i + shift) % count for i in first] for shift in range(count)]
+    return rows if count % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
 def short_reason(error):

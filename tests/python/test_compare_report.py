@@ -34,4 +34,4 @@ def test_a_slow_stretch_is_listed_under_the_table():
 def test_steady_results_add_no_section():
     table = compare_report.markdown(META, [record(0.244, 0.242)], ["flashcore[sm90]"])
     assert "Unsteady timings" not in table
-    assert "in 3 interleaved rounds" in table
+    assert "in 3 or more interleaved rounds" in table

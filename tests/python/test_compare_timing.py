@@ -15,20 +15,58 @@ def recorder(log, name):
     return lambda: log.append(name)
 
 
-def test_rounds_take_turns_in_a_rotating_order():
+def round_orders(log, names, per_round):
+    """The implementations' order in each round, from a log of calls after the set-up runs."""
+    blocks = [log[i] for i in range(2 * len(names), len(log), per_round)]
+    return [blocks[i:i + len(names)] for i in range(0, len(blocks), len(names))]
+
+
+def test_rounds_take_turns_in_a_balanced_order():
     log = []
-    timed = [(name, recorder(log, name), None) for name in ("a", "b", "c")]
+    names = ("a", "b", "c")
+    timed = [(name, recorder(log, name), None) for name in names]
     results = compare_runner.time_interleaved(timed, warmup=1, iters=6, budget_s=10.0, rounds=3,
                                               on_gpu=False)
-    assert all(results[name]["iters"] == 6 for name in "abc")
-    assert results["a"]["rounds"] == 3
+    # Three implementations: 3 rounds made 6 (the square's rows and their reverses), 1 run each.
+    assert all(results[name]["iters"] == 6 and results[name]["rounds"] == 6 for name in names)
     # Per implementation before the rounds: 1 warm-up + 1 run to size the rounds. Each round:
-    # ROUND_WARMUP untimed runs, then 6 / 3 timed runs, the order starting one later each round.
+    # ROUND_WARMUP untimed runs, then the timed ones, in the round's order.
     assert log[:6] == ["a", "a", "b", "b", "c", "c"]
-    per_round = compare_runner.ROUND_WARMUP + 2
-    blocks = [log[i] for i in range(6, len(log), per_round)]
-    assert len(log) == 6 + 9 * per_round
-    assert blocks == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    per_round = compare_runner.ROUND_WARMUP + 1
+    assert len(log) == 6 + 6 * 3 * per_round
+    orders = round_orders(log, names, per_round)
+    assert orders[0] == ["a", "b", "c"]
+    for place in range(3):  # every name in every place twice
+        assert sorted(order[place] for order in orders) == sorted(names * 2)
+
+
+def test_every_implementation_follows_every_other_equally_often():
+    log = []
+    names = ("flashcore", "fa3", "cudnn", "fa2")
+    timed = [(name, recorder(log, name), None) for name in names]
+    results = compare_runner.time_interleaved(timed, warmup=1, iters=4, budget_s=10.0, rounds=3,
+                                              on_gpu=False)
+    assert all(results[name]["rounds"] == 4 for name in names)  # 3 rounded up to the 4 rows
+    orders = round_orders(log, names, compare_runner.ROUND_WARMUP + 1)
+    for place in range(len(names)):
+        assert sorted(order[place] for order in orders) == sorted(names)
+    # A rotation had put flashcore right after fa2 (the lightest kernel) in every round.
+    pairs = [(order[i], order[i + 1]) for order in orders for i in range(len(names) - 1)]
+    assert sorted(pairs) == sorted((a, b) for a in names for b in names if a != b)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6])
+def test_balanced_round_orders(count):
+    orders = compare_runner.balanced_round_orders(count)
+    assert len(orders) == (count if count % 2 == 0 or count == 1 else 2 * count)
+    repeats = len(orders) // count
+    for place in range(count):
+        assert sorted(order[place] for order in orders) == sorted(list(range(count)) * repeats)
+    if count > 1:
+        pairs = [(o[i], o[i + 1]) for o in orders for i in range(count - 1)]
+        per_pair = len(pairs) // (count * (count - 1))
+        assert sorted(pairs) == sorted([(a, b) for a in range(count) for b in range(count)
+                                        if a != b] * per_pair)
 
 
 def test_run_count_rounds_up_to_whole_rounds():
@@ -50,7 +88,7 @@ def test_a_failing_implementation_is_reported_and_the_others_still_timed():
     results = compare_runner.time_interleaved(timed, warmup=1, iters=6, budget_s=10.0,
                                               rounds=3, on_gpu=False)
     assert results["flaky"] == {"error": "RuntimeError: out of memory"}
-    assert results["steady"]["iters"] == 6
+    assert results["steady"]["iters"] == 8  # 3 rounds made 4 for 2 implementations, 2 runs each
 
 
 def test_sdpa_backend_context_is_entered_afresh_every_round():
