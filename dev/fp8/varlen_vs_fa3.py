@@ -3,7 +3,7 @@ flash_attn_varlen_func (the fa3-fwd wheel, same process), and against FlashCore'
 kernel on an equal-length batch of the same total tokens. CUDA-graph replays, interleaved
 rounds; every output compared with FA3's (max |difference|, bf16 out) before timing.
 
-    PYTHONPATH=build/python:/tmp/fa3 python3 dev/fp8/varlen_vs_fa3.py [--rounds 5]
+    PYTHONPATH=build/python:/tmp/fa3 python3 dev/fp8/varlen_vs_fa3.py [--rounds 6]
 
 The ragged batch is issue 25's (8192 + 4096 + ... + 17 + 1 tokens, 32 / 8 heads, d128, causal),
 quantized per (sequence, kv head) with descale = amax / 448.
@@ -21,7 +21,7 @@ import flashcore  # noqa: E402
 import fa3_fwd_interface as fa3  # noqa: E402
 from compare import GRAPH_CALLS  # noqa: E402
 from compare_accuracy import quantize_fp8  # noqa: E402
-from compare_runner import capture_graph  # noqa: E402
+from compare_runner import balanced_round_orders, capture_graph  # noqa: E402
 
 LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -62,7 +62,8 @@ def causal_flops(lengths):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="interleaved rounds (at least; whole balanced squares of 6)")
     parser.add_argument("--replays", type=int, default=20, help="graph replays per timing")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
@@ -100,13 +101,18 @@ def main(argv):
     flops = {"flashcore": causal_flops(LENGTHS), "fa3": causal_flops(LENGTHS),
              "dense": causal_flops([equal] * batch)}
     times = {name: [] for name in flops}
-    for _ in range(args.rounds):
-        for name, fn in (("flashcore", ours), ("fa3", theirs), ("dense", dense)):
+    timed = (("flashcore", ours), ("fa3", theirs), ("dense", dense))
+    # Each in every place and right after every other one equally often (the clock follows the
+    # power of the last kernels run): whole balanced squares of rounds.
+    orders = balanced_round_orders(len(timed))
+    rounds = -(-args.rounds // len(orders)) * len(orders)
+    for round_index in range(rounds):
+        for name, fn in (timed[i] for i in orders[round_index % len(orders)]):
             times[name].append(graph_time(fn, args.replays))
     tflops = {name: flops[name] / (statistics.median(t) * 1e-3) / 1e12
               for name, t in times.items()}
     print(f"ragged {'+'.join(map(str, LENGTHS))} tokens, {HEADS_Q}/{HEADS_KV} heads, "
-          f"d{HEAD_DIM}, causal, fp8 (bf16 out); {args.rounds} rounds")
+          f"d{HEAD_DIM}, causal, fp8 (bf16 out); {rounds} rounds")
     for name, value in tflops.items():
         label = {"dense": f"flashcore dense {batch} x {equal}"}.get(name, name)
         print(f"  {label:28s} {statistics.median(times[name]):8.4f} ms {value:7.1f} TFLOPS")

@@ -9,8 +9,10 @@ one call at a time, host included.
 
 Implementations: FlashCore (flashcore.torch.attention, BSHD, workspace from torch), SDPA pinned
 to cuDNN and to FlashAttention-2 (BHSD views, enable_gqa). Shapes: seqlen_q 1, d128, bf16,
-GQA 4:1 (hq 32, hkv 8) at batch 1 / 16 / 64 and MHA (hq = hkv = 32) at batch 1. Rounds rotate
-the implementations' order; the figure is the median over rounds.
+GQA 4:1 (hq 32, hkv 8) at batch 1 / 16 / 64 and MHA (hq = hkv = 32) at batch 1. The rounds'
+orders form a balanced Latin square (bench/compare_runner.py: each implementation in every place
+and right after every other one equally often; a rotation had put FlashCore right after FA2 in
+every round); the figure is the median over rounds.
 
 Two patterns per shape: attention calls back to back ("b2b"), and each call preceded by an
 elementwise kernel that writes q ("dep"), as a model's RoPE / cache write precedes attention:
@@ -19,7 +21,9 @@ only what the elementwise kernel leaves it in the second. The second is what a d
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -27,9 +31,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashcore.torch as fct
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from compare_runner import balanced_round_orders  # noqa: E402
+
 CALLS_PER_GRAPH = 20  # calls in one graph: one replay's launch cost spread thin
 REPLAYS = 10          # timed replays per round
-ROUNDS = 5
+ROUNDS = 6  # a whole balanced square of the three implementations
 # (batch, seqlen_k, heads_q, heads_kv)
 SHAPES = [(1, 1024, 32, 8), (1, 4096, 32, 8), (1, 16384, 32, 8), (16, 1024, 32, 8),
           (16, 4096, 32, 8), (64, 4096, 32, 8), (1, 4096, 32, 32), (1, 16384, 32, 32)]
@@ -107,9 +114,9 @@ def main():
                 except RuntimeError as error:  # an implementation that cannot run or be captured
                     print(f"b{batch} sk{seqlen_k} hq{heads_q} hkv{heads_kv} {name}: {error}")
             names = list(graphs)
+            orders = balanced_round_orders(len(names))
             for round_index in range(ROUNDS):
-                order = names[round_index % len(names):] + names[:round_index % len(names)]
-                for name in order:
+                for name in [names[i] for i in orders[round_index % len(orders)]]:
                     times[name].append(time_graph(graphs[name]))
             median = {name: statistics.median(t) for name, t in times.items()}
             records.append({"batch": batch, "seqlen_k": seqlen_k, "heads_q": heads_q,
