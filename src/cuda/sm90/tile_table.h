@@ -170,8 +170,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              the 24 / 240 split (n96 at 232 ran 0.8x as fast at 4k and 16k, run 118;
     //              the producer's TMA thread spills 32 bytes at 24)
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
-    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); n224 at 24 /
-    //   240 registers lost 23-29% (run 119: the producer spills). In d256 only the storing
+    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d128 n224
+    //   against n192: 0.952x at 24 / 240 registers (the producer spills), 0.972x at 40 / 232,
+    //   where nothing spills (runs 183-184; 0.77x in run 119). In d256 only the storing
     //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
     //   take turns, ran their causal configs 0.98x with it; runs 146 and 148). In d256 the row
     //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
