@@ -116,7 +116,7 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
             results[name] = {"error": short_reason(error)}
     names = list(plans)
     orders = balanced_round_orders(len(names))
-    rounds = -(-max(rounds, 1) // len(orders)) * len(orders)
+    rounds = balanced_round_count(rounds, len(names))
     plans = {name: (fn, make_context, -(-runs // rounds), times)
              for name, (fn, make_context, runs, times) in plans.items()}
     for round_index in range(rounds):
@@ -155,6 +155,12 @@ def balanced_round_orders(count):
             high -= 1
     rows = [[(i + shift) % count for i in first] for shift in range(count)]
     return rows if count % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
+def balanced_round_count(rounds, count):
+    """`rounds` (at least one) rounded up to whole squares of balanced_round_orders(count)."""
+    rows = len(balanced_round_orders(count))
+    return -(-max(rounds, 1) // rows) * rows
 
 
 def short_reason(error):

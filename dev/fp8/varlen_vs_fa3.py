@@ -21,7 +21,7 @@ import flashcore  # noqa: E402
 import fa3_fwd_interface as fa3  # noqa: E402
 from compare import GRAPH_CALLS  # noqa: E402
 from compare_accuracy import quantize_fp8  # noqa: E402
-from compare_runner import balanced_round_orders, capture_graph  # noqa: E402
+from compare_runner import balanced_round_count, balanced_round_orders, capture_graph  # noqa: E402
 
 LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -105,7 +105,7 @@ def main(argv):
     # Each in every place and right after every other one equally often (the clock follows the
     # power of the last kernels run): whole balanced squares of rounds.
     orders = balanced_round_orders(len(timed))
-    rounds = -(-args.rounds // len(orders)) * len(orders)
+    rounds = balanced_round_count(args.rounds, len(timed))
     for round_index in range(rounds):
         for name, fn in (timed[i] for i in orders[round_index % len(orders)]):
             times[name].append(graph_time(fn, args.replays))

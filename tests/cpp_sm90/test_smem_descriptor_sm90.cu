@@ -8,12 +8,13 @@
 #include <cstdint>
 
 #include "cuda/ptx/smem_descriptor.cuh"
+#include "cuda/sm90/tile_config.h"
 #include "sm90_test_util.h"
 
 namespace flashcore::sm90_test {
 namespace {
 
-constexpr uint32_t kSharedMemoryBytes = 227 * 1024;
+constexpr uint32_t kSharedMemoryBytes = detail::kSm90MaxSmemBytes;
 constexpr uint32_t kTileAlignment = detail::kSwizzleAtomBytes;
 
 // Counts the (tile start, k-step) pairs whose two descriptors differ, over tiles of kRows rows

@@ -15,9 +15,13 @@ def recorder(log, name):
     return lambda: log.append(name)
 
 
+SETUP_RUNS = 2  # per implementation before the rounds, at warmup=1: one warm-up, one sizing run
+
+
 def round_orders(log, names, per_round):
-    """The implementations' order in each round, from a log of calls after the set-up runs."""
-    blocks = [log[i] for i in range(2 * len(names), len(log), per_round)]
+    """The implementations' order in each round, from a log of calls (warmup=1) and the calls
+    each block makes (ROUND_WARMUP + its timed runs)."""
+    blocks = [log[i] for i in range(SETUP_RUNS * len(names), len(log), per_round)]
     return [blocks[i:i + len(names)] for i in range(0, len(blocks), len(names))]
 
 

@@ -28,48 +28,41 @@ namespace flashcore::detail {
 constexpr uint32_t kSwizzleBytes = 128;                 // one swizzled row: 64 16-bit elements
 constexpr uint32_t kSwizzleAtomBytes = 8 * kSwizzleBytes;  // 8 rows: the pattern's period
 constexpr uint32_t kElementsPerSwizzleRow = 64;
-constexpr uint64_t kDescriptorSwizzle128B = 1;
+// Descriptor fields (the header's bit list): 14 bits each, in 16-byte units; the start address
+// is the low 18 bits of a shared-memory address (the window ends below 256 KB).
+constexpr uint32_t kDescriptorAddressMask = 0x3FFFF;
+constexpr uint32_t kDescriptorFieldMask = 0x3FFF;
+constexpr int kDescriptorLboShift = 16;       // in the low word
+constexpr int kDescriptorSwizzleShift = 30;   // bits [62,64) of the descriptor: 30 of the high word
+constexpr uint32_t kDescriptorSwizzle128B = 1;
 
-__device__ __forceinline__ uint64_t make_smem_descriptor(uint32_t smem_address,
+// The descriptor of the operand `offset` bytes into a tile that starts at `tile_address`: the
+// tile's encoded start address plus offset >> 4. The sum cannot carry into LBO's bits: shared
+// memory ends below 256 KB, where start addresses fill the field's 14 bits, and every tile starts
+// on a 16-byte boundary.
+__device__ __forceinline__ uint64_t make_smem_descriptor(uint32_t tile_address, uint32_t offset,
                                                          uint32_t leading_byte_offset,
                                                          uint32_t stride_byte_offset) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((smem_address & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>((leading_byte_offset >> 4) & 0x3FFF) << 16;
-  desc |= static_cast<uint64_t>((stride_byte_offset >> 4) & 0x3FFF) << 32;
-  desc |= kDescriptorSwizzle128B << 62;
-  return desc;
-}
-
-// The descriptor of the operand `offset` bytes into a tile that starts at `tile_address`, with
-// the offset added to the encoded start address (offset >> 4 in the low word) instead of encoded
-// with it: the steps of one tile share the encoding of its base, and each step costs one add of a
-// constant where encoding it costs four more uniform operations. The start address field cannot
-// carry into LBO's bits: shared memory ends below 256 KB, where start addresses fill the field's
-// 14 bits, and every tile starts on a 16-byte boundary.
-__device__ __forceinline__ uint64_t make_smem_descriptor_stepped(uint32_t tile_address,
-                                                                 uint32_t offset,
-                                                                 uint32_t leading_byte_offset,
-                                                                 uint32_t stride_byte_offset) {
-  const uint32_t base = ((tile_address & 0x3FFFF) >> 4) |
-                        (((leading_byte_offset >> 4) & 0x3FFF) << 16);
-  const uint32_t high = ((stride_byte_offset >> 4) & 0x3FFF) |
-                        static_cast<uint32_t>(kDescriptorSwizzle128B << 30);
+  const uint32_t lbo = (leading_byte_offset >> 4) & kDescriptorFieldMask;
+  const uint32_t start = (tile_address & kDescriptorAddressMask) >> 4;
+  const uint32_t base = start | (lbo << kDescriptorLboShift);
+  const uint32_t high = ((stride_byte_offset >> 4) & kDescriptorFieldMask) |
+                        (kDescriptorSwizzle128B << kDescriptorSwizzleShift);
   return (static_cast<uint64_t>(high) << 32) | (base + (offset >> 4));
 }
 
-// The operand `offset` bytes into a tile: encoded whole, or (kStepped) as the tile's base
-// descriptor plus the offset (the tuning table's kStepDescriptors says which, per row).
+// The operand `offset` bytes into a tile: with kStepped (the tuning table's kStepDescriptors,
+// per row) the steps of one tile share the encoding of its base and each costs one add of a
+// constant; otherwise each step's address is encoded whole (four more uniform operations a
+// wgmma), as the rows without the switch were measured.
 template <bool kStepped>
 __device__ __forceinline__ uint64_t smem_descriptor_at(uint32_t tile_address, uint32_t offset,
                                                        uint32_t leading_byte_offset,
                                                        uint32_t stride_byte_offset) {
-  if constexpr (kStepped) {
-    return make_smem_descriptor_stepped(tile_address, offset, leading_byte_offset,
-                                        stride_byte_offset);
-  } else {
-    return make_smem_descriptor(tile_address + offset, leading_byte_offset, stride_byte_offset);
-  }
+  return kStepped ? make_smem_descriptor(tile_address, offset, leading_byte_offset,
+                                         stride_byte_offset)
+                  : make_smem_descriptor(tile_address + offset, 0, leading_byte_offset,
+                                         stride_byte_offset);
 }
 
 // K-major operand, k-th 16-element step along K, of a column-block tile with `rows` rows.

@@ -84,22 +84,6 @@ __device__ __forceinline__ void sm90_store_o_rows(const float (&o)[kOAccRegs],
   });
 }
 
-// lse of a thread's two rows (row0 and row0 + 8 of its consumer's 64-row slab), those the
-// sequence has.
-__device__ __forceinline__ void sm90_write_lse(const float (&lse)[2],
-                                               const AttentionParams& params, int head, int batch,
-                                               int slab_row_begin, int row0, int group_shift,
-                                               int query_rows) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = slab_row_begin + row0 + 8 * r;
-    const int head_q = sm90_row_head(head, row, group_shift);
-    if (row >= 0 && row < query_rows) {
-      params.lse[params.lse_offset(batch, head_q, sm90_row_position(row, group_shift))] = lse[r];
-    }
-  }
-}
-
 // Where a consumer thread's two rows go: its lane, its first row in the 64-row slab (the second
 // is row0 + 8), and the packing and length of the tile's query rows (sm90_group_shift).
 struct Sm90SlabRows {
@@ -115,6 +99,31 @@ struct Sm90SlabRows {
     return rows;
   }
 };
+
+// Whether the tile's rows go out as a split's partials (packed decode tiles split over the keys)
+// instead of out and lse.
+template <class Config>
+__device__ __forceinline__ bool sm90_writes_split(const Sm90KvSplit& kv_split) {
+  return Config::kPacksGroups && kv_split.splits > 1;
+}
+
+// lse of a thread's two rows, those the sequence has, where the call asked for lse and the tile
+// is not a split's: by the first lane of the row's quad (all four hold the row's lse).
+__device__ __forceinline__ void sm90_write_lse(const float (&lse)[2],
+                                               const AttentionParams& params, int head, int batch,
+                                               int slab_row_begin, const Sm90SlabRows& rows,
+                                               bool writes_split) {
+  if (params.lse == nullptr || writes_split || rows.lane % 4 != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = slab_row_begin + rows.row0 + 8 * r;
+    const int head_q = sm90_row_head(head, row, rows.group_shift);
+    if (row >= 0 && row < rows.query_rows) {
+      params.lse[params.lse_offset(batch, head_q, sm90_row_position(row, rows.group_shift))] =
+          lse[r];
+    }
+  }
+}
 
 // A thread's two rows once their softmax is final: the factor that normalizes O (with FP8's V
 // descale) and lse.
@@ -153,11 +162,8 @@ __device__ __forceinline__ Sm90RowTotals sm90_row_totals(const OnlineSoftmaxRows
       Sm90SlabRows::of<Config, Layout>(params, tile.batch, thread_in_warpgroup);
   const Sm90RowTotals totals =
       sm90_finalize_rows<Config, /*kApproximate=*/true>(softmax, params, tile);
-  const bool writes_split = Config::kPacksGroups && kv_split.splits > 1;
-  if (params.lse != nullptr && !writes_split && rows.lane % 4 == 0) {
-    sm90_write_lse(totals.lse, params, tile.head, tile.batch, slab_row_begin, rows.row0,
-                   rows.group_shift, rows.query_rows);
-  }
+  sm90_write_lse(totals.lse, params, tile.head, tile.batch, slab_row_begin, rows,
+                 sm90_writes_split<Config>(kv_split));
   return totals;
 }
 
@@ -187,17 +193,16 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
 
   // A split writes partial results instead of out and lse; the staging and hand-back below run
   // as for any tile (minus the store), so the barrier protocol does not depend on the split.
-  bool writes_split = false;
+  const bool writes_split = sm90_writes_split<Config>(kv_split);
   if constexpr (Config::kPacksGroups) {
-    writes_split = kv_split.splits > 1;
     if (writes_split) {
       sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
                                group_shift, query_rows);
     }
   }
 
-  if (!Config::kTotalsUnderPv && params.lse != nullptr && !writes_split && lane % 4 == 0) {
-    sm90_write_lse(lse, params, head, batch, slab_row_begin, row0, group_shift, query_rows);
+  if constexpr (!Config::kTotalsUnderPv) {
+    sm90_write_lse(lse, params, head, batch, slab_row_begin, rows, writes_split);
   }
 
   // A slab that crosses the end of a packed sequence: its rows past the end belong to the next

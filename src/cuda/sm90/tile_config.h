@@ -54,6 +54,10 @@ enum class Sm90OStaging : int {
 // scheduler.cuh checks the size) that the producer hands the consumers with each Q.
 constexpr int kSm90TileSlotBytes = 32;
 
+// Shared memory a CTA may take on sm90: 227 KB of the SM's 228
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+constexpr int kSm90MaxSmemBytes = 227 * 1024;
+
 // Row: a type with a `static constexpr Sm90TuningRow kRow` (Sm90TableRow, or a sweep's own).
 // kPacksGroups_: the tiles' rows hold the query heads of a KV group (sm90_packs_query_groups).
 // kOutDType_: the dtype of out (the input dtype, except for fp8 inputs: fp16 or bf16).
@@ -169,7 +173,7 @@ struct Sm90TileConfig {
   static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups + kTransposeBarriers;
   static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
-  static constexpr int kMaxSmemBytes = 227 * 1024;
+  static constexpr int kMaxSmemBytes = kSm90MaxSmemBytes;
   static constexpr int kCoreSmemBytes = kQBytes + 2 * kStages * kKVTileBytes +
                                         kStages * kVtTileBytes + kBarrierBytes + kAlignmentSlack;
   static_assert(kCoreSmemBytes <= kMaxSmemBytes, "tile does not fit the 227 KB of shared memory");
