@@ -15,6 +15,7 @@ with the geometric mean and the lowest of each flashcore/anchor ratio over the r
 
   python3 bench/compare.py --grid standard --out results/run1
   python3 bench/compare.py --grid llm --timing graph                  # model shapes, FA3
+  python3 bench/compare.py --shapes my_shapes.txt --timing graph      # your own shapes
   python3 bench/compare.py --grid quick --impls flashcore,fa3         # skip SDPA's backends
   python3 bench/compare.py --grid quick --compare-backends sm80,sm90
   python3 bench/compare.py --grid tiny --device cpu --backend cpu     # no GPU needed
@@ -66,6 +67,10 @@ def parse_args(argv):
                                     f"  {name:9} {desc}"
                                     for name, (desc, _) in ALL_GRIDS.items()))
     p.add_argument("--grid", default="quick", choices=list(ALL_GRIDS))
+    p.add_argument("--shapes", metavar="FILE",
+                   help="time the shapes of FILE instead of a grid: one a line, as in "
+                        "bench/llm_shapes.txt (name batch seqlen_q seqlen_k heads_q heads_kv "
+                        "head_dim causal), bf16")
     p.add_argument("--dtypes", help="comma list filter, e.g. bf16,fp16")
     p.add_argument("--head-dims", help="comma list filter, e.g. 64,128")
     p.add_argument("--seqlens", help="comma list filter, e.g. 2048,16384")
@@ -113,6 +118,10 @@ def parse_args(argv):
     if dtypes and not set(dtypes) <= set(compare_grids.ALL_DTYPES):
         p.error(f"--dtypes expects bf16, fp16 and/or fp8, got {args.dtypes!r}")
     args.serving = args.grid in compare_serving_grid.SERVING_GRIDS
+    if args.shapes and args.serving:
+        p.error(f"--shapes replaces a dense grid, not --grid {args.grid}")
+    if args.shapes:
+        args.grid = "shapes:" + os.path.basename(args.shapes)
     if args.serving and dtypes and compare_grids.FP8 in dtypes:
         p.error(f"--grid {args.grid} has no fp8 rows yet (dense grids only)")
     if args.serving:
@@ -122,10 +131,11 @@ def parse_args(argv):
         args.configs = compare_serving_grid.SERVING_GRIDS[args.grid][1](dtypes or ("bf16",))
     else:
         args.configs = compare_grids.select_configs(
-        args.grid, dtypes,
-        args.head_dims and compare_grids.parse_int_list(args.head_dims, "--head-dims"),
+            args.grid, dtypes,
+            args.head_dims and compare_grids.parse_int_list(args.head_dims, "--head-dims"),
             args.seqlens and compare_grids.parse_int_list(args.seqlens, "--seqlens"),
-            args.causal)
+            args.causal,
+            configs=args.shapes and compare_grids.shape_file_configs(args.shapes))
     args.flashcore_backends = (args.compare_backends.split(",") if args.compare_backends
                                else [args.backend])
     return args

@@ -87,7 +87,13 @@ def read_llm_shapes(path=LLM_SHAPES_FILE):
             if len(fields) != 8:
                 raise SystemExit(f"{path}:{number}: expected 8 fields, got {len(fields)}")
             name, *numbers = fields
-            b, sq, sk, hq, hkv, d, causal = (int(x) for x in numbers)
+            try:
+                b, sq, sk, hq, hkv, d, causal = (int(x) for x in numbers)
+            except ValueError:
+                raise SystemExit(f"{path}:{number}: expected 7 integers after the name, got "
+                                 f"{' '.join(numbers)!r}")
+            if causal not in (0, 1):
+                raise SystemExit(f"{path}:{number}: causal is 0 or 1, got {causal}")
             shapes.append((name, b, sq, sk, hq, hkv, d, bool(causal)))
     return tuple(shapes)
 
@@ -162,11 +168,33 @@ def parse_int_list(text, flag):
     return values
 
 
-def select_configs(grid, dtypes=None, head_dims=None, seqlens=None, causal="both"):
-    """The grid's configs filtered by the options; a filter value the grid lacks is an error."""
-    if grid not in GRIDS:
-        raise SystemExit(f"--grid expects one of {', '.join(GRIDS)}, got {grid!r}")
-    configs = GRIDS[grid][1]()
+def shape_file_configs(path):
+    """The configs of a shapes file in llm_shapes.txt's format (compare.py --shapes): a user's
+    own shapes, bf16 (--dtypes fp8 adds their fp8 rows, fp16 replaces nothing: FA3 has none)."""
+    try:
+        shapes = read_llm_shapes(path)
+    except OSError as error:
+        raise SystemExit(f"--shapes: cannot read {path!r}: {error.strerror}")
+    if not shapes:
+        raise SystemExit(f"--shapes: {path!r} holds no shape (one a line: name batch seqlen_q "
+                         "seqlen_k heads_q heads_kv head_dim causal)")
+    for name, b, sq, sk, hq, hkv, d, _ in shapes:
+        if min(b, sq, sk, hq, hkv, d) <= 0 or hq % hkv:
+            raise SystemExit(f"--shapes: {path!r}: shape {name!r} needs positive sizes and "
+                             f"heads_q a multiple of heads_kv, got b{b} sq{sq} sk{sk} hq{hq} "
+                             f"hkv{hkv} d{d}")
+    return [Config(b, sq, sk, hq, hkv, d, "bf16", causal, name)
+            for name, b, sq, sk, hq, hkv, d, causal in shapes]
+
+
+def select_configs(grid, dtypes=None, head_dims=None, seqlens=None, causal="both",
+                   configs=None):
+    """The grid's configs (or `configs`, a shapes file's) filtered by the options; a filter
+    value that leaves nothing is an error."""
+    if configs is None:
+        if grid not in GRIDS:
+            raise SystemExit(f"--grid expects one of {', '.join(GRIDS)}, got {grid!r}")
+        configs = GRIDS[grid][1]()
     if dtypes:
         fp8 = [dataclasses.replace(c, dtype=FP8) for c in configs if c.dtype == "bf16"]
         configs = [c for c in configs if c.dtype in dtypes] + (fp8 if FP8 in dtypes else [])

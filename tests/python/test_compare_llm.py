@@ -81,3 +81,46 @@ def test_list_prints_the_llm_grid_without_torch():
     assert len(out) == len(compare_grids.GRIDS["llm"][1]())
     assert out[1] == "llama3-8b-4k: b1 sq4096 sk4096 hq32 hkv8 d128 bf16 causal"
     assert "chunk-2k-of-8k: b1 sq2048 sk8192 hq32 hkv8 d128 bf16 causal" in out
+
+
+def run_compare(*args):
+    return subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), *args],
+                          capture_output=True, text=True)
+
+
+def test_shapes_file_replaces_the_grid(tmp_path):
+    shapes = tmp_path / "mine.txt"
+    shapes.write_text("# my model\nmine-3000  2  3000 3000  28 4  128 1\n"
+                      "dit-1536   1  1536 1536  24 24 128 0   # image tokens\n")
+    result = run_compare("--list", "--shapes", str(shapes))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "mine-3000: b2 sq3000 sk3000 hq28 hkv4 d128 bf16 causal",
+        "dit-1536: b1 sq1536 sk1536 hq24 hkv24 d128 bf16"]
+    # The filters apply to a shapes file as to a grid.
+    result = run_compare("--list", "--shapes", str(shapes), "--causal", "no", "--dtypes", "fp8")
+    assert result.stdout.splitlines() == ["dit-1536: b1 sq1536 sk1536 hq24 hkv24 d128 fp8"]
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a 1 2 3 4 5 6\n", "expected 8 fields, got 7"),
+    ("a 1 2 3 4 x 6 1\n", "expected 7 integers after the name, got '1 2 3 4 x 6 1'"),
+    ("a 1 2 3 4 4 64 2\n", "causal is 0 or 1, got 2"),
+    ("a 1 2 3 6 4 64 1\n", "heads_q a multiple of heads_kv, got b1 sq2 sk3 hq6 hkv4 d64"),
+    ("a 0 2 3 4 4 64 1\n", "needs positive sizes"),
+    ("# nothing\n", "holds no shape"),
+])
+def test_bad_shapes_files_name_the_line_and_the_value(tmp_path, text, message):
+    shapes = tmp_path / "bad.txt"
+    shapes.write_text(text)
+    result = run_compare("--list", "--shapes", str(shapes))
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_missing_shapes_file_and_serving_grid_are_refused(tmp_path):
+    result = run_compare("--list", "--shapes", str(tmp_path / "none.txt"))
+    assert result.returncode != 0 and "cannot read" in result.stderr and "none.txt" in result.stderr
+    shapes = tmp_path / "ok.txt"
+    shapes.write_text("a 1 64 64 4 4 64 0\n")
+    result = run_compare("--list", "--shapes", str(shapes), "--grid", "serving")
+    assert result.returncode == 2 and "--shapes replaces a dense grid" in result.stderr
