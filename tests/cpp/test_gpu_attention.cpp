@@ -344,6 +344,33 @@ TEST_P(GpuSm90ClusterRows, MatchesReferenceAcrossTheRowsLengths) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ClusterRows,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
+// --- sm90: calls that run a row's wave peer (cuda/sm90/wave_peer.h) ---
+
+// d128 non-causal calls above 512 rows whose 128-row tiles end sooner than the bucket's 192-row
+// ones run the 512 row's kernel at lengths it otherwise never sees: a 24-head Flux-like call
+// (2816 tokens: 4 waves of 128-row tiles on 132 SMs against 3 of 192), 1k in the standard grid's
+// 16 x 16 heads, and small calls (one wave either way) with tails in both sequences, GQA,
+// BHSD views, large inputs and head_dim 96.
+class GpuSm90WavePeers : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90WavePeers, MatchesReferenceWhereThePeerRuns) {
+  const std::vector<Sm90Case> cases = {
+      {make_shape(2816, 2816, 24, 24, false)},
+      {make_shape(1024, 1024, 16, 16, false, 16)},
+      {make_shape(2049, 2100, 2, 1, false)},
+      {make_shape(4097, 3001, 8, 2, false)},
+      {make_shape(600, 700, 4, 4, false, 2), Layout::kBHSD},
+      {make_shape(1500, 1500, 4, 1, false), Layout::kBSHD, kLargeStddev},
+  };
+  run_sm90_cases(cases, GetParam(), 128);
+  Sm90Case padded{make_shape(3000, 2999, 4, 2, false)};
+  padded.shape.head_dim = 96;
+  run_sm90_cases({padded}, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90WavePeers,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
+
 // --- sm90: the query heads of a KV group packed into one tile's rows ---
 
 // Calls with a power-of-two group (1 included) and seqlen_q <= 64 run packed tiles

@@ -1,5 +1,5 @@
 // Host launcher of the Hopper kernel: picks the tuning row for this call's head_dim, mask and
-// seqlen_q (or the packed GQA kernel for short queries), builds the four tensor maps from the
+// seqlen_q, and its tile count's waves (or the packed GQA kernel for short queries), builds the four tensor maps from the
 // sequence layout, raises the kernel's dynamic shared-memory limit once, and launches on
 // params.stream as many CTAs as the row's scheduler asks for (zeroing the caller's tile counters
 // first when it claims tiles). Packed calls launch as programmatic dependents of the kernel
@@ -32,6 +32,7 @@
 #include "cuda/sm90/split_combine.cuh"
 #include "cuda/sm90/tensor_map.h"
 #include "cuda/sm90/tile_config.h"
+#include "cuda/sm90/wave_peer.h"
 
 namespace flashcore::detail {
 
@@ -88,6 +89,16 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                                              kv_split));
 }
 
+// SMs a launch may fill: the validated call's (the device's less FLASHCORE_SM_MARGIN), else the
+// current device's (dev/ sweeps that fill AttentionParams themselves).
+inline int sm90_launch_sms(const AttentionParams& params) {
+  if (params.num_sms > 0) return params.num_sms;
+  int device = 0, num_sms = 0;
+  FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  return num_sms;
+}
+
 // The kernel of an explicit tile configuration (tuning sweeps in dev/ pass rows of their own).
 template <class Config, bool kCausal, class Layout = Sm90DenseLayout,
           class Scheduler = typename Sm90RowScheduler<Config, Layout, kCausal>::type>
@@ -111,12 +122,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   // extra columns are zero-filled on the Q, K and V loads and dropped by the O store.
   const int head_dim = params.head_dim;
   if (params.batch == 0 || params.seqlen_q == 0 || params.heads_q == 0) return;
-  int num_sms = params.num_sms;
-  if (num_sms <= 0) {
-    int device = 0;
-    FLASHCORE_CUDA_CHECK(cudaGetDevice(&device));
-    FLASHCORE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  }
+  const int num_sms = sm90_launch_sms(params);
   Sm90KvSplit kv_split = sm90_kv_split_of<Config>(params, num_sms);
   const int64_t num_tiles = sm90_num_tiles<Config, Layout>(params, kv_split.splits);
   if (num_tiles > INT_MAX) {
@@ -232,8 +238,9 @@ void run_sm90_forward_configured(const AttentionParams& params) {
 }
 
 // Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q (the longest sequence's)
-// falls in its bucket, else the next row. Each row is one kernel instantiation per layout in the
-// instance's translation unit.
+// falls in its bucket, else the next row; or that row's wave peer where its tiles end sooner
+// (wave_peer.h). Each row is one kernel instantiation per layout in the instance's translation
+// unit (a wave peer is an earlier row: no kernel of its own).
 // kOutDType: out's dtype (the input dtype, except for fp8 inputs); kComputedHeadDim: the
 // head_dim columns the GEMMs compute (Sm90TileConfig; 0: all).
 template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
@@ -249,6 +256,20 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
   }
   using Config = Sm90TableConfig<kHeadDim, kCausal, kRow, kDType, /*kPacksGroups=*/false,
                                  kOutDType, kComputedHeadDim>;
+  // Dense calls only: a ragged batch's tile count (every sequence at the longest's length) says
+  // little about its waves.
+  constexpr int kWavePeer = Config::kRow.wave_peer;
+  if constexpr (kWavePeer >= 0 && std::is_same_v<Layout, Sm90DenseLayout>) {
+    using Peer = Sm90TableConfig<kHeadDim, kCausal, kWavePeer, kDType, /*kPacksGroups=*/false,
+                                 kOutDType, kComputedHeadDim>;
+    if (sm90_wave_peers_enabled() &&
+        sm90_wave_peer_ends_sooner(sm90_num_tiles<Config, Layout>(params), Config::kBlockM,
+                                   sm90_num_tiles<Peer, Layout>(params), Peer::kBlockM,
+                                   Config::kRow.wave_peer_cost_pct, sm90_launch_sms(params))) {
+      run_sm90_forward_configured<Peer, kCausal, Layout>(params);
+      return;
+    }
+  }
   if constexpr (std::is_same_v<Layout, Sm90ServingLayout>) {
     // Calls whose K/V blocks all come in TMA boxes: the kernels without the gather.
     if (!Layout::template needs_gather<Config::kBlockN>(params)) {

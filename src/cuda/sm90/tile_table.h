@@ -86,6 +86,14 @@ struct Sm90TuningRow {
   int cluster_m = 1;
   // Bytes of an input element: 2 for the fp16 / bf16 rows, 1 for the fp8 (e4m3) rows.
   int input_bytes = 2;
+  // A persistent row of shorter tiles (its index among this row's (head_dim, mask, input bytes)
+  // rows; -1: none) that a dense call of this row's bucket runs instead where its tiles end
+  // sooner: a persistent CTA runs its tiles one after another, so a launch takes ceil(tiles /
+  // SMs) tiles' time, and tall tiles leave more of the last wave's SMs idle (wave_peer.h).
+  int wave_peer = -1;
+  // The peer's time per query row over this row's when both fill every SM, in percent: what
+  // shorter tiles cost in the steady state (more tile boundaries, no cluster), measured.
+  int wave_peer_cost_pct = 100;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -132,12 +140,18 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kStepDesc},
     // Clusters of two above 2k only: on the H100 they ran 1k / 2k at 0.965 / 0.960 of this row
     // unclustered and 4k-16k at 1.037-1.039 (docs/kernels.md, run 110).
+    // Both yield to the 512 row (two consumers, 128-row tiles) where the waves favour its
+    // tiles. Its time a row, fitted per shape from the waves, was 1.02-1.09x theirs (run 187);
+    // at 106% the choice picks the faster row on all 11 shapes timed (Flux 4608 x 24 heads
+    // 1.033x as fast with the 512 row, 1k 1.048x; Wan 32760 x 12 heads 0.933x).
     { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/0,
+       /*wave_peer_cost_pct=*/106},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/2},
+       sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*wave_peer=*/0,
+       /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy},
     // n128 at every length since the softmax starts beside its own P V: above 4k it ran 1.02-1.05x
@@ -249,6 +263,26 @@ constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input
 static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({64, 128, 256}, 1),
               "kSm90TuningTable: 1-4 rows per (head_dim, causal, input bytes), ascending "
               "max_seqlen_q, the last one kAnySeqlen");
+
+// A wave peer is an earlier row of the same (head_dim, mask, input bytes) with fewer consumers,
+// both persistent (a one-tile-per-CTA grid has no waves of its own to weigh), at a cost of at
+// least the row's own (a cheaper shorter tile would be the bucket's row).
+constexpr bool sm90_wave_peers_valid() {
+  for (const Sm90TuningRow& row : kSm90TuningTable) {
+    if (row.wave_peer < 0) continue;
+    if (row.wave_peer >= sm90_row_count(row.head_dim, row.causal, row.input_bytes)) return false;
+    const Sm90TuningRow peer =
+        sm90_tuning_row(row.head_dim, row.causal, row.wave_peer, row.input_bytes);
+    if (peer.max_seqlen_q >= row.max_seqlen_q || peer.consumers >= row.consumers ||
+        !peer.persistent() || !row.persistent() || peer.wave_peer >= 0 ||
+        row.wave_peer_cost_pct < 100)
+      return false;
+  }
+  return true;
+}
+static_assert(sm90_wave_peers_valid(),
+              "kSm90TuningTable: a wave peer is an earlier persistent row of the same mask with "
+              "fewer consumers and no peer of its own, at a cost of 100% or more");
 
 // Row kIndex of (kHeadDim, kCausal, kInputBytes) as a type: the tile configuration's template
 // argument (tile_config.h). Tuning sweeps (dev/) pass types of their own with a `kRow` of any

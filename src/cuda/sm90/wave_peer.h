@@ -1,0 +1,46 @@
+// Which of a tuning row and its wave peer (tile_table.h) runs a call: the one whose tiles end
+// sooner. A persistent CTA runs its tiles one after another, so a launch of `tiles` output tiles
+// on `ctas` CTAs takes ceil(tiles / ctas) tiles' time: Flux's 4608 tokens x 24 heads are 576
+// tiles of 192 rows, 4.4 waves on 132 SMs, the fifth one 36% full, and 864 tiles of 128 rows,
+// 6.5 waves, the seventh 55% full. Pure integer functions: host tests check them.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "flashcore/flashcore.h"
+
+namespace flashcore::detail {
+
+// Tiles' time of a persistent launch: the waves of `tiles` over `ctas`, the last one partial.
+constexpr int64_t sm90_tile_waves(int64_t tiles, int ctas) {
+  return ctas > 0 ? (tiles + ctas - 1) / ctas : tiles;
+}
+
+// Whether the peer's tiles end sooner than the row's own: waves x rows a tile x time a row
+// (the row's 100%, the peer's `peer_cost_pct`), the row's where they tie.
+constexpr bool sm90_wave_peer_ends_sooner(int64_t tiles, int block_m, int64_t peer_tiles,
+                                          int peer_block_m, int peer_cost_pct, int ctas) {
+  return sm90_tile_waves(peer_tiles, ctas) * peer_block_m * peer_cost_pct <
+         sm90_tile_waves(tiles, ctas) * block_m * 100;
+}
+
+// FLASHCORE_SM90_WAVE_PEERS=0 turns the choice off, so that every call runs its bucket's row
+// (the GPU tests of the rows themselves); read once per process.
+inline bool sm90_wave_peers_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("FLASHCORE_SM90_WAVE_PEERS");
+    if (env == nullptr || *env == '\0') return true;
+    const std::string value = env;
+    if (value != "0" && value != "1") {
+      throw Error("FLASHCORE_SM90_WAVE_PEERS must be 0 (every call runs its seqlen bucket's "
+                  "tuning row) or 1 (the default: a row's wave peer where its tiles end "
+                  "sooner), got '" + value + "'");
+    }
+    return value == "1";
+  }();
+  return enabled;
+}
+
+}  // namespace flashcore::detail
