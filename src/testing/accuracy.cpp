@@ -265,12 +265,12 @@ AccuracyReport check_accuracy(const ProblemShape& s, const HostTensors& inputs,
   report.max_err_out = out_worst.max_err;
   report.baseline_err_out = baseline_out;
   const bool fp8 = s.dtype == DType::kFloat8E4M3;
-  report.tol_out = 2 * baseline_out + (fp8 ? kFp8OutAbsoluteSlack : kOutAbsoluteSlack);
+  report.tol_out = out_tolerance(baseline_out, fp8);
   bool pass = !report.nonfinite && report.max_err_out <= report.tol_out;
   if (lse_host != nullptr) {
     report.max_err_lse = lse_worst.max_err;
     report.baseline_err_lse = baseline_lse;
-    report.tol_lse = 2 * baseline_lse + (fp8 ? kFp8LseAbsoluteSlack : kLseAbsoluteSlack);
+    report.tol_lse = lse_tolerance(baseline_lse, fp8);
     pass = pass && report.max_err_lse <= report.tol_lse;
   }
   report.pass = pass;
@@ -279,6 +279,14 @@ AccuracyReport check_accuracy(const ProblemShape& s, const HostTensors& inputs,
                             report.max_err_lse / report.tol_lse > report.max_err_out / report.tol_out;
   report.worst = lse_is_worse ? lse_worst.where : out_worst.where;
   return report;
+}
+
+double out_tolerance(double baseline_err, bool fp8) {
+  return 2 * baseline_err + (fp8 ? kFp8OutAbsoluteSlack : kOutAbsoluteSlack);
+}
+
+double lse_tolerance(double baseline_err, bool fp8) {
+  return 2 * baseline_err + (fp8 ? kFp8LseAbsoluteSlack : kLseAbsoluteSlack);
 }
 
 float to_float(DType dtype, const uint8_t* element) {

@@ -65,6 +65,11 @@ std::vector<int> sample_rows(int seqlen_q, int max_rows);
 inline constexpr double kFp8OutAbsoluteSlack = 1e-3;
 inline constexpr double kFp8LseAbsoluteSlack = 1e-3;
 
+// The rule's tolerances for a baseline error: twice it plus the absolute slack (fp8: the FP8
+// rule's).
+double out_tolerance(double baseline_err, bool fp8);
+double lse_tolerance(double baseline_err, bool fp8);
+
 struct AccuracyReport {
   bool pass = false;
   double max_err_out = 0, baseline_err_out = 0, tol_out = 0;

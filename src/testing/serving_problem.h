@@ -101,7 +101,8 @@ class ServingProblem {
   // problem's own out/lse; nullptr: its own), against b run alone.
   AccuracyReport check_sequence(int b, int max_rows = 96, const uint8_t* out = nullptr,
                                 const float* lse = nullptr) const;
-  // Every sequence; the worst errors, pass only when every sequence passes.
+  // The rule over the whole call: every sequence's errors against twice the largest of their
+  // baselines' (plus the slack), the worst sequence named.
   AccuracyReport check_all(int max_rows, const uint8_t* out = nullptr,
                            const float* lse = nullptr) const;
 

@@ -4,6 +4,7 @@
 // so a backend that reads one fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -188,6 +189,36 @@ TEST(ServingCpu, EmptyBatchIsANoOp) {
 
 // The cpu backend and the float64 reference agree on the same ragged batch (cpu within the
 // accuracy rule, checked per sequence above; here both backends' outputs side by side).
+// check_all (flashcore-bench's serving check) applies the rule over the whole call: the
+// tolerance is twice the largest of the sequences' baselines, and one sequence past it fails the
+// call and is named.
+TEST(ServingCpu, CheckAllJudgesTheCallAndNamesTheWorstSequence) {
+  const ServingShape shape = decode(KvLayout::kPaged, {150, 40, 300, 7}, 1, false);
+  ServingProblem problem(shape);
+  ASSERT_EQ(attention_forward(problem.args(Backend::kCPU)), Backend::kCPU);
+  const testing::AccuracyReport clean = problem.check_all(8);
+  EXPECT_TRUE(clean.pass) << clean.summary();
+  double largest_baseline = 0;
+  for (int b = 0; b < shape.batch(); ++b) {
+    largest_baseline = std::max(largest_baseline, problem.check_sequence(b, 8).baseline_err_out);
+  }
+  EXPECT_EQ(clean.baseline_err_out, largest_baseline);
+  EXPECT_EQ(clean.tol_out, testing::out_tolerance(largest_baseline, false));
+
+  // Sequence 2's first output element moved by ten tolerances.
+  const size_t out_bytes = testing::serving_bytes(shape, problem.indices()).out;
+  const auto* own = static_cast<const uint8_t*>(problem.host_pointers().out);
+  std::vector<uint8_t> out(own, own + out_bytes);
+  const size_t row_bytes = size_t(shape.heads_q) * shape.head_dim * dtype_size(shape.dtype);
+  uint8_t* element = out.data() + size_t(problem.cu_seqlens_q()[2]) * row_bytes;
+  testing::from_float(shape.dtype,
+                      testing::to_float(shape.dtype, element) + float(10 * clean.tol_out),
+                      element);
+  const testing::AccuracyReport moved = problem.check_all(8, out.data());
+  EXPECT_FALSE(moved.pass) << moved.summary();
+  EXPECT_EQ(moved.worst.rfind("sequence 2 ", 0), 0u) << moved.worst;
+}
+
 TEST(ServingCpu, CpuMatchesReferenceSequenceBySequence) {
   ServingShape s = decode(KvLayout::kPaged, {100, 33, 1}, 16, true);
   s.packed_q = true, s.append = true, s.q_lens = {20, 33, 1};
