@@ -142,8 +142,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // unclustered and 4k-16k at 1.037-1.039 (docs/kernels.md, run 110).
     // Both yield to the 512 row (two consumers, 128-row tiles) where the waves favour its
     // tiles. Its time a row, fitted per shape from the waves, was 1.02-1.09x theirs (run 187);
-    // at 106% the choice picks the faster row on all 11 shapes timed (Flux 4608 x 24 heads
-    // 1.033x as fast with the 512 row, 1k 1.048x; Wan 32760 x 12 heads 0.933x).
+    // at 106% the choice picks the faster row on all 11 shapes timed there (Flux 4608 x 24
+    // heads 1.02-1.03x as fast with the 512 row, Wan 32760 x 12 heads 0.933x; the grid's 1k,
+    // which the 512 row takes, within the noise over three runs: docs/kernels.md, runs 187-191).
     { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/0,
@@ -265,8 +266,8 @@ static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({64, 128
               "max_seqlen_q, the last one kAnySeqlen");
 
 // A wave peer is an earlier row of the same (head_dim, mask, input bytes) with fewer consumers,
-// both persistent (a one-tile-per-CTA grid has no waves of its own to weigh), at a cost of at
-// least the row's own (a cheaper shorter tile would be the bucket's row).
+// both persistent (wave_peer.h counts waves over one CTA an SM), at a cost of at least the
+// row's own (a cheaper shorter tile would be the bucket's row).
 constexpr bool sm90_wave_peers_valid() {
   for (const Sm90TuningRow& row : kSm90TuningTable) {
     if (row.wave_peer < 0) continue;
