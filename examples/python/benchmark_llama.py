@@ -5,11 +5,12 @@ bf16/fp16 model, switched with set_attn_implementation, so every implementation 
 weights, plus a float32 reference (the same, dtype-rounded weights upcast, "eager" attention).
 Phases, each in one process on the same inputs:
   prefill       one forward over the prompt (logits_to_keep=1) into a fresh DynamicCache; the
-                implementations are interleaved and their order rotates every iteration; median
-                of --iters after --warmup. Accuracy: last-token logits vs the fp32 reference.
+                implementations are interleaved, each iteration in the next order of a balanced
+                Latin square (bench/compare_runner.py); median of --iters after --warmup.
+                Accuracy: last-token logits vs the fp32 reference.
   teacher-forced decode
                 each implementation prefills its own cache, then all are fed the same tokens (SDPA's
-                greedy tokens) for --decode-steps steps; per step the order rotates and
+                greedy tokens) for --decode-steps steps; per step the next such order, and
                 torch.cuda.synchronize() precedes each start event, so host work of the previous
                 step cannot leak in. Reports the CUDA-event median, the host (Python) time of the
                 call, argmax agreement with SDPA and with fp32 per step, max logit errors.
@@ -32,6 +33,7 @@ import argparse
 import contextlib
 import copy
 import json
+import pathlib
 import platform
 import statistics
 import subprocess
@@ -47,6 +49,9 @@ import flashcore
 import flashcore.transformers
 from benchmark_llama_report import decode_accuracy, prefill_accuracy, print_report
 from benchmark_llama_profile import dominant, print_summary, profile_steps
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+from compare_runner import balanced_round_orders  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SDPA_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -158,9 +163,12 @@ def timed(fn, device):
     return start.elapsed_time(end), host_ms, result
 
 
-def rotated(items, shift):
-    shift %= len(items)
-    return items[shift:] + items[:shift]
+def round_order(items, index):
+    """Round `index`'s order of `items`: rows of a balanced Latin square (compare_runner), so
+    every implementation runs in every place and right after every other one equally often (a
+    rotation kept neighbours, and the clock a kernel meets depends on the one before it)."""
+    orders = balanced_round_orders(len(items))
+    return [items[i] for i in orders[index % len(orders)]]
 
 
 def prefill(model, impl, prompt):
@@ -179,7 +187,7 @@ def time_prefill(model, impls, prompt, args):
     times = {i.label: [] for i in impls}
     logits = {}
     for it in range(args.warmup + args.iters):
-        for impl in rotated(impls, it):
+        for impl in round_order(impls, it):
             impl.activate(model)
             ms, _, (logits[impl.label], _) = timed(lambda: prefill(model, impl, prompt),
                                                    args.device)
@@ -206,7 +214,7 @@ def teacher_forced(model, ref, impls, prompt, args, profiles):
     token = step_logits["sdpa"][0].argmax(dim=-1, keepdim=True)
     tokens = [token]
     for step in range(args.decode_steps):
-        for impl in rotated(impls, step):
+        for impl in round_order(impls, step):
             impl.activate(model)
             ms, host, (lg, caches[impl.label]) = timed(
                 lambda: decode_step(model, impl, token, caches[impl.label]), args.device)

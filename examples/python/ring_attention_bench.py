@@ -154,12 +154,14 @@ class Harness:
 
         sys.path.insert(0, str(REPO / "bench"))
         import compare_accuracy
+        import compare_runner
         import flashcore
         from flashcore import _ring_plan
         from flashcore import distributed
 
         self.torch, self.dist, self.flashcore = torch, dist, flashcore
         self.plan, self.fd, self.accuracy = _ring_plan, distributed, compare_accuracy
+        self.runner = compare_runner
         self.on_gpu = args.device == "cuda"
         if self.on_gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -199,18 +201,21 @@ class Harness:
         return start.elapsed_time(end)
 
     def rounds(self, fns, rounds, warmup):
-        """{name: median ms} over `rounds` rounds in which every fn runs once, the order rotating
-        by round and every rank starting each run together (the machines are noisy: interleaved
-        rounds keep the comparisons fair)."""
+        """{name: median ms} over at least `rounds` rounds (whole balanced Latin squares,
+        compare_runner) in which every fn runs once, every rank starting each run together. The
+        machines are noisy, so the fns take turns; their orders put each one in every place and
+        right after every other one equally often (a fixed rotation kept neighbours, and the
+        clock a kernel meets depends on the one before it)."""
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
         names = list(fns)
+        orders = self.runner.balanced_round_orders(len(names))
         times = {name: [] for name in names}
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
+        for r in range(self.runner.balanced_round_count(rounds, len(names))):
+            for index in orders[r % len(orders)]:
                 self.barrier()
-                times[name].append(self.time_once(fns[name]))
+                times[names[index]].append(self.time_once(fns[names[index]]))
         return {name: statistics.median(t) for name, t in times.items()}
 
     def gather(self, value):
