@@ -70,7 +70,7 @@ def parse_args(argv):
     p.add_argument("--shapes", metavar="FILE",
                    help="time the shapes of FILE instead of a grid: one a line, as in "
                         "bench/llm_shapes.txt (name batch seqlen_q seqlen_k heads_q heads_kv "
-                        "head_dim causal), bf16")
+                        "head_dim causal); bf16 unless --dtypes asks for fp16 or fp8")
     p.add_argument("--dtypes", help="comma list filter, e.g. bf16,fp16")
     p.add_argument("--head-dims", help="comma list filter, e.g. 64,128")
     p.add_argument("--seqlens", help="comma list filter, e.g. 2048,16384")
@@ -135,7 +135,7 @@ def parse_args(argv):
             args.head_dims and compare_grids.parse_int_list(args.head_dims, "--head-dims"),
             args.seqlens and compare_grids.parse_int_list(args.seqlens, "--seqlens"),
             args.causal,
-            configs=args.shapes and compare_grids.shape_file_configs(args.shapes))
+            configs=args.shapes and compare_grids.shape_file_configs(args.shapes, dtypes))
     args.flashcore_backends = (args.compare_backends.split(",") if args.compare_backends
                                else [args.backend])
     return args

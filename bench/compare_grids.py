@@ -168,9 +168,10 @@ def parse_int_list(text, flag):
     return values
 
 
-def shape_file_configs(path):
+def shape_file_configs(path, dtypes=None):
     """The configs of a shapes file in llm_shapes.txt's format (compare.py --shapes): a user's
-    own shapes, bf16 (--dtypes fp8 adds their fp8 rows, fp16 replaces nothing: FA3 has none)."""
+    own shapes in bf16, and in fp16 too when `dtypes` holds it (FA3's forward has no fp16: its
+    cells say so); select_configs derives fp8 rows from the bf16 ones."""
     try:
         shapes = read_llm_shapes(path)
     except OSError as error:
@@ -183,8 +184,9 @@ def shape_file_configs(path):
             raise SystemExit(f"--shapes: {path!r}: shape {name!r} needs positive sizes and "
                              f"heads_q a multiple of heads_kv, got b{b} sq{sq} sk{sk} hq{hq} "
                              f"hkv{hkv} d{d}")
-    return [Config(b, sq, sk, hq, hkv, d, "bf16", causal, name)
-            for name, b, sq, sk, hq, hkv, d, causal in shapes]
+    shape_dtypes = ("bf16", "fp16") if dtypes and "fp16" in dtypes else ("bf16",)
+    return [Config(b, sq, sk, hq, hkv, d, dtype, causal, name)
+            for dtype in shape_dtypes for name, b, sq, sk, hq, hkv, d, causal in shapes]
 
 
 def select_configs(grid, dtypes=None, head_dims=None, seqlens=None, causal="both",

@@ -100,6 +100,11 @@ def test_shapes_file_replaces_the_grid(tmp_path):
     # The filters apply to a shapes file as to a grid.
     result = run_compare("--list", "--shapes", str(shapes), "--causal", "no", "--dtypes", "fp8")
     assert result.stdout.splitlines() == ["dit-1536: b1 sq1536 sk1536 hq24 hkv24 d128 fp8"]
+    result = run_compare("--list", "--shapes", str(shapes), "--dtypes", "fp16,bf16",
+                         "--causal", "yes")
+    assert result.stdout.splitlines() == [
+        "mine-3000: b2 sq3000 sk3000 hq28 hkv4 d128 bf16 causal",
+        "mine-3000: b2 sq3000 sk3000 hq28 hkv4 d128 fp16 causal"]
 
 
 @pytest.mark.parametrize("text,message", [
