@@ -96,11 +96,19 @@ def _rounds_note(meta):
             "implementation in every place and after every other one equally often)")
 
 
+def _passes_note(meta):
+    passes = meta.get("passes") or []
+    if len(passes) <= 1:
+        return ""
+    return (f"; the figure is the median of the replays of {len(passes)} such passes, run "
+            "at different times (bench/merge_passes.py)")
+
+
 def _timing_note(meta):
     if meta.get("timing") == "graph":
         return (f"CUDA-graph replays of {meta.get('graph_calls')} calls (time per call), median "
-                f"of up to {meta['iters']} replays{_rounds_note(meta)}")
-    return f"median of up to {meta['iters']} runs{_rounds_note(meta)}"
+                f"of up to {meta['iters']} replays{_rounds_note(meta)}{_passes_note(meta)}")
+    return f"median of up to {meta['iters']} runs{_rounds_note(meta)}{_passes_note(meta)}"
 
 
 def _fa3_note(meta, anchors):
