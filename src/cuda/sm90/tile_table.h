@@ -161,9 +161,15 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kLazy},
     // d256 keeps the softmax after its P V: split into masked and unmasked loops its causal row
     // ran 0.97-0.98x as fast, its non-causal row 1.00x (docs/kernels.md, runs 132 and 140).
+    // Causal: 16 MiB L2 sections. At 8, a section held one head's 64 tiles at 8k (two heads' at
+    // 4k, ...), fewer than the SMs, so the last section's longest tile started among the
+    // launch's last claims and ran on alone. At 16 (128 tiles a section, as the d128 rows hold
+    // at 8) the MHA grid ran 4k / 8k 1.07-1.09x as fast in two runs, 1k / 2k / 16k within
+    // +-3%; the Gemma-like GQA 8k, whose sections held 128 tiles already, 0.97-0.99x
+    // (docs/kernels.md, runs 193-194).
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc},
-    { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
+    { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, 16,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
