@@ -7,6 +7,7 @@
 #   GRID=standard OUT=/somewhere bash tools/device/check.sh
 #   SKIP_BUILD=1 SKIP_TESTS=1 GRID=hd128 COMPARE_ARGS="--compare-backends sm80,sm90" bash ...
 #   SKIP_BUILD=1 SKIP_TESTS=1 SKIP_BENCH=1 GRID=llm COMPARE_ARGS="--timing graph" bash ...
+#   PASSES=2 GRID=standard COMPARE_ARGS="--dtypes bf16 --timing graph" bash ...   # a results run
 #
 # FA3 (FlashAttention-3, the anchor of BENCHMARKS.md) comes as a prebuilt wheel, not from a
 # registry on the accelerator machine (it reaches nothing outside). On the dev machine, once:
@@ -25,6 +26,9 @@
 #                 compare/compare.{json,md}, compare-cpu/..., summary.txt
 #   ARCHS         FLASHCORE_CUDA_ARCHS (default 90a)           BUILD_DIR   (default build)
 #   GRID          compare.py grid (default quick)              COMPARE_ARGS  extra compare.py flags
+#   PASSES        compare.py passes over the grid, one after another (default 1); with 2 or more
+#                 compare/ holds bench/merge_passes.py of compare_pass1..N: each figure the
+#                 median of every pass's replays (one pass can meet a config in one clock regime)
 #   SKIP_BUILD=1  reuse BUILD_DIR as it is                     SKIP_TESTS=1  no ctest/pytest
 #   SKIP_BENCH=1  no flashcore-bench and no CPU compare.py (the GPU compare.py only)
 #   ANCHORS       folder with the FA3 wheel (default .anchors)  ANCHOR_SITE  where it installs
@@ -40,6 +44,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 REPO=$(pwd)
 
+PASSES=${PASSES:-1}
+if ! [[ "$PASSES" =~ ^[1-9][0-9]*$ ]]; then
+  echo "check.sh: PASSES must be a whole number of compare.py passes, 1 or more, got '$PASSES'" >&2
+  exit 2
+fi
 OUT=${OUT:-./results}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -203,10 +212,19 @@ if ! "$PYTHON" -c "import torch" >/dev/null 2>&1; then
   skip compare "torch not installed"
   skip compare_cpu "torch not installed"
 else
-  if [ "$gpu_torch" = 1 ]; then
+  if [ "$gpu_torch" = 1 ] && [ "$PASSES" = 1 ]; then
     # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
     step compare "$COMPARE_TIMEOUT" "$PYTHON" bench/compare.py --grid "$GRID" \
       --out "$OUT/compare" ${COMPARE_ARGS:-}
+  elif [ "$gpu_torch" = 1 ]; then
+    pass_dirs=()
+    for pass in $(seq 1 "$PASSES"); do
+      # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
+      step "compare_pass$pass" "$COMPARE_TIMEOUT" "$PYTHON" bench/compare.py --grid "$GRID" \
+        --out "$OUT/compare_pass$pass" ${COMPARE_ARGS:-}
+      pass_dirs+=("$OUT/compare_pass$pass")
+    done
+    step compare 60 "$PYTHON" bench/merge_passes.py "$OUT/compare" "${pass_dirs[@]}"
   else
     skip compare "no CUDA device visible to torch"
   fi
