@@ -114,13 +114,12 @@ def time_interleaved(timed, warmup, iters, budget_s, rounds, on_gpu):
             plans[name] = (fn, make_context, runs, [])
         except Exception as error:  # timed like the checked run, so rare: out of memory, ...
             results[name] = {"error": short_reason(error)}
-    names = list(plans)
-    orders = balanced_round_orders(len(names))
-    rounds = balanced_round_count(rounds, len(names))
+    schedule = balanced_rounds(list(plans), rounds)
+    rounds = len(schedule)
     plans = {name: (fn, make_context, -(-runs // rounds), times)
              for name, (fn, make_context, runs, times) in plans.items()}
-    for round_index in range(rounds):
-        for name in [names[i] for i in orders[round_index % len(orders)]]:
+    for order in schedule:
+        for name in order:
             if name not in plans:  # raised in an earlier round
                 continue
             fn, make_context, per_round, times = plans[name]
@@ -161,6 +160,17 @@ def balanced_round_count(rounds, count):
     """`rounds` (at least one) rounded up to whole squares of balanced_round_orders(count)."""
     rows = len(balanced_round_orders(count))
     return -(-max(rounds, 1) // rows) * rows
+
+
+def balanced_round(items, index):
+    """`items` in round `index`'s order (the square's rows in turn)."""
+    orders = balanced_round_orders(len(items))
+    return [items[i] for i in orders[index % len(orders)]]
+
+
+def balanced_rounds(items, rounds):
+    """`items` in the order of each round: at least `rounds` of them, whole squares."""
+    return [balanced_round(items, r) for r in range(balanced_round_count(rounds, len(items)))]
 
 
 def short_reason(error):

@@ -31,11 +31,10 @@ def load(pass_dir):
 
 def merge_result(results, flops):
     """One implementation's results of one config over the passes."""
+    not_ok = [r for r in results if r.get("status") != "ok"]
+    if not_ok:  # a pass that failed or could not run decides the cell
+        return dict(not_ok[0])
     merged = dict(results[0])
-    statuses = {r.get("status") for r in results}
-    if statuses != {"ok"}:  # a pass that failed or could not run decides the cell
-        worst = next(r for r in results if r.get("status") != "ok")
-        return dict(worst)
     times = [t for r in results for t in r.get("times_ms", [])]
     if times:
         merged.update(median_ms=statistics.median(times), min_ms=min(times), iters=len(times),
@@ -67,11 +66,9 @@ def merge(passes):
         names = list(record["results"])
         if any(list(r["results"]) != names for r in same):
             raise ValueError(f"{record['config']}: the passes timed different implementations")
+        # The config's fields, its reference's tolerances among them, are the first pass's:
+        # compare.py seeds a config's inputs by its place in the grid, so every pass drew the same.
         merged = {k: v for k, v in record.items() if k not in ("results", "ratios")}
-        for field in ("baseline_err_out", "baseline_err_lse", "tol_out", "tol_lse"):
-            values = [r[field] for r in same if r.get(field) is not None]
-            if values:  # the tolerance the worst errors are judged by: the smallest
-                merged[field] = max(values) if field.startswith("baseline") else min(values)
         merged["results"] = {name: merge_result([r["results"][name] for r in same],
                                                 record["flops"]) for name in names}
         compare_report.add_ratios(merged, flashcore_names, anchors)

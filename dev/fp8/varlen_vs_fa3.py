@@ -21,7 +21,7 @@ import flashcore  # noqa: E402
 import fa3_fwd_interface as fa3  # noqa: E402
 from compare import GRAPH_CALLS  # noqa: E402
 from compare_accuracy import quantize_fp8  # noqa: E402
-from compare_runner import balanced_round_count, balanced_round_orders, capture_graph  # noqa: E402
+from compare_runner import balanced_rounds, capture_graph  # noqa: E402
 
 LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -104,15 +104,14 @@ def main(argv):
     timed = (("flashcore", ours), ("fa3", theirs), ("dense", dense))
     # Each in every place and right after every other one equally often (the clock follows the
     # power of the last kernels run): whole balanced squares of rounds.
-    orders = balanced_round_orders(len(timed))
-    rounds = balanced_round_count(args.rounds, len(timed))
-    for round_index in range(rounds):
-        for name, fn in (timed[i] for i in orders[round_index % len(orders)]):
+    schedule = balanced_rounds(timed, args.rounds)
+    for order in schedule:
+        for name, fn in order:
             times[name].append(graph_time(fn, args.replays))
     tflops = {name: flops[name] / (statistics.median(t) * 1e-3) / 1e12
               for name, t in times.items()}
     print(f"ragged {'+'.join(map(str, LENGTHS))} tokens, {HEADS_Q}/{HEADS_KV} heads, "
-          f"d{HEAD_DIM}, causal, fp8 (bf16 out); {rounds} rounds")
+          f"d{HEAD_DIM}, causal, fp8 (bf16 out); {len(schedule)} rounds")
     for name, value in tflops.items():
         label = {"dense": f"flashcore dense {batch} x {equal}"}.get(name, name)
         print(f"  {label:28s} {statistics.median(times[name]):8.4f} ms {value:7.1f} TFLOPS")

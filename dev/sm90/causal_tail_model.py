@@ -18,15 +18,16 @@ Run 193-194 measured the d256 causal row at 16 MiB against 8 (MHA grid): 1k 0.97
 import argparse
 import heapq
 
-SMS = 132
+SMS = 132  # an H100's (and H200's)
 MIB = 1 << 20
+ELEMENT_BYTES = 2  # the 16-bit rows
 
 
 def heads_per_section(seqlen_k, head_dim, heads_q, heads_kv, pairs, section_mib, min_tiles,
                       m_blocks):
     """sm90_heads_per_section: query heads whose K/V fit the section (a GQA group together),
     with optionally at least `min_tiles` tiles a section."""
-    kv_bytes = seqlen_k * head_dim * 2 * 2  # K and V, 16-bit
+    kv_bytes = seqlen_k * head_dim * 2 * ELEMENT_BYTES  # K and V
     kv_heads = max(section_mib * MIB // kv_bytes, 1)
     heads = kv_heads * (heads_q // heads_kv)
     if min_tiles:
@@ -34,16 +35,14 @@ def heads_per_section(seqlen_k, head_dim, heads_q, heads_kv, pairs, section_mib,
     return min(heads, pairs)
 
 
-def tile_order(batch, seqlen, heads_q, per_section, block_m):
+def tile_order(pairs_total, m_blocks, per_section):
     """(pair, m_block) in claim order."""
-    m_blocks = -(-seqlen // block_m)
-    pairs_total = batch * heads_q
     order = []
     for first in range(0, pairs_total, per_section):
         pairs = min(per_section, pairs_total - first)
         for rest in range(pairs * m_blocks):
             order.append((first + rest % pairs, m_blocks - 1 - rest // pairs))
-    return order, m_blocks
+    return order
 
 
 def tile_cost(m_block, seqlen, block_m, block_n, overhead):
@@ -56,7 +55,7 @@ def efficiency(batch, seqlen, heads_q, heads_kv, head_dim, block_m, block_n, sec
     m_blocks = -(-seqlen // block_m)
     per_section = heads_per_section(seqlen, head_dim, heads_q, heads_kv, batch * heads_q,
                                     section_mib, min_tiles, m_blocks)
-    order, _ = tile_order(batch, seqlen, heads_q, per_section, block_m)
+    order = tile_order(batch * heads_q, m_blocks, per_section)
     costs = [tile_cost(m, seqlen, block_m, block_n, overhead) for _, m in order]
     free = [(0.0, cta) for cta in range(min(sms, len(costs)))]
     heapq.heapify(free)

@@ -32,7 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashcore.torch as fct
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from compare_runner import balanced_round_count, balanced_round_orders  # noqa: E402
+from compare_runner import balanced_rounds  # noqa: E402
 
 CALLS_PER_GRAPH = 20  # calls in one graph: one replay's launch cost spread thin
 REPLAYS = 10          # timed replays per round
@@ -114,9 +114,8 @@ def main():
                 except RuntimeError as error:  # an implementation that cannot run or be captured
                     print(f"b{batch} sk{seqlen_k} hq{heads_q} hkv{heads_kv} {name}: {error}")
             names = list(graphs)
-            orders = balanced_round_orders(len(names))
-            for round_index in range(balanced_round_count(ROUNDS, len(names))):
-                for name in [names[i] for i in orders[round_index % len(orders)]]:
+            for order in balanced_rounds(names, ROUNDS):
+                for name in order:
                     times[name].append(time_graph(graphs[name]))
             median = {name: statistics.median(t) for name, t in times.items()}
             records.append({"batch": batch, "seqlen_k": seqlen_k, "heads_q": heads_q,

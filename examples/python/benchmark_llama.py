@@ -51,7 +51,7 @@ from benchmark_llama_report import decode_accuracy, prefill_accuracy, print_repo
 from benchmark_llama_profile import dominant, print_summary, profile_steps
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
-from compare_runner import balanced_round_orders  # noqa: E402
+from compare_runner import balanced_round  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SDPA_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -163,14 +163,6 @@ def timed(fn, device):
     return start.elapsed_time(end), host_ms, result
 
 
-def round_order(items, index):
-    """Round `index`'s order of `items`: rows of a balanced Latin square (compare_runner), so
-    every implementation runs in every place and right after every other one equally often (a
-    rotation kept neighbours, and the clock a kernel meets depends on the one before it)."""
-    orders = balanced_round_orders(len(items))
-    return [items[i] for i in orders[index % len(orders)]]
-
-
 def prefill(model, impl, prompt):
     cache = transformers.DynamicCache(config=model.config)
     # logits_to_keep=1: the 4k x vocab logits would only add LM-head time to the prefill figure.
@@ -187,7 +179,7 @@ def time_prefill(model, impls, prompt, args):
     times = {i.label: [] for i in impls}
     logits = {}
     for it in range(args.warmup + args.iters):
-        for impl in round_order(impls, it):
+        for impl in balanced_round(impls, it):
             impl.activate(model)
             ms, _, (logits[impl.label], _) = timed(lambda: prefill(model, impl, prompt),
                                                    args.device)
@@ -214,7 +206,7 @@ def teacher_forced(model, ref, impls, prompt, args, profiles):
     token = step_logits["sdpa"][0].argmax(dim=-1, keepdim=True)
     tokens = [token]
     for step in range(args.decode_steps):
-        for impl in round_order(impls, step):
+        for impl in balanced_round(impls, step):
             impl.activate(model)
             ms, host, (lg, caches[impl.label]) = timed(
                 lambda: decode_step(model, impl, token, caches[impl.label]), args.device)

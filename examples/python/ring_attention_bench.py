@@ -209,13 +209,11 @@ class Harness:
         for fn in fns.values():
             for _ in range(warmup):
                 fn()
-        names = list(fns)
-        orders = self.runner.balanced_round_orders(len(names))
-        times = {name: [] for name in names}
-        for r in range(self.runner.balanced_round_count(rounds, len(names))):
-            for index in orders[r % len(orders)]:
+        times = {name: [] for name in fns}
+        for order in self.runner.balanced_rounds(list(fns), rounds):
+            for name in order:
                 self.barrier()
-                times[names[index]].append(self.time_once(fns[names[index]]))
+                times[name].append(self.time_once(fns[name]))
         return {name: statistics.median(t) for name, t in times.items()}
 
     def gather(self, value):

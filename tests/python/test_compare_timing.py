@@ -73,6 +73,15 @@ def test_balanced_round_orders(count):
                                         if a != b] * per_pair)
 
 
+def test_balanced_rounds_are_whole_squares_of_the_items():
+    items = ["flashcore", "fa3", "cudnn"]
+    rounds = compare_runner.balanced_rounds(items, 4)
+    assert len(rounds) == 6  # 4 rounded up to a whole square of 3 (6 rows)
+    orders = compare_runner.balanced_round_orders(3)
+    assert rounds == [[items[i] for i in order] for order in orders]
+    assert [compare_runner.balanced_round(items, r) for r in range(8)] == rounds + rounds[:2]
+
+
 def test_run_count_rounds_up_to_whole_rounds():
     results = compare_runner.time_interleaved([("a", lambda: None, None)], warmup=0, iters=7,
                                               budget_s=10.0, rounds=3, on_gpu=False)
