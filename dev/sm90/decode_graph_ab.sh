@@ -7,6 +7,9 @@
 #       pyproject.toml | tar -x -C build-old-src         # here, then carry build-old-src
 #   OUT=... [VARIANT_DEFINES="-DFLASHCORE_SM90_MIN_KV_BLOCKS_PER_SPLIT=2"] bash dev/sm90/decode_graph_ab.sh
 #
+# SCRIPT picks the timing script (default decode_graph_timing.py; paged_decode_graph_timing.py
+# times the cache layouts), PASSES the alternating passes (default "a b").
+#
 # Logs, JSON and the summaries (summarize_graph_timing.py) go to $OUT/g.
 set -u
 mkdir -p "$OUT/g"
@@ -33,9 +36,10 @@ if [ -n "${VARIANT_DEFINES:-}" ]; then
 fi
 wait
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv > "$OUT/g/gpu.txt"
-for pass in a b; do
+script=${SCRIPT:-decode_graph_timing.py}
+for pass in ${PASSES:-a b}; do
   for name in "${builds[@]}"; do
-    PYTHONPATH="build-$name/python" timeout 120 python3 dev/sm90/decode_graph_timing.py \
+    PYTHONPATH="build-$name/python" timeout 120 python3 "dev/sm90/$script" \
       --json "$OUT/g/${name}_$pass.json" > "$OUT/g/${name}_$pass.log" 2>&1
     echo "$name $pass rc=$?"
   done

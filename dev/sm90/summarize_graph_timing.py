@@ -1,5 +1,6 @@
-"""Markdown table of decode_graph_timing.py runs: a baseline build against a candidate, each run
-one or more times in one device call (A B A B), per pattern and shape.
+"""Markdown table of decode_graph_timing.py (or paged_decode_graph_timing.py) runs: a baseline
+build against a candidate, each run one or more times in one device call (A B A B), per pattern
+and shape (or per cache layout and shape).
 
     python3 dev/sm90/summarize_graph_timing.py --base old.json old2.json --new new.json new2.json
 
@@ -24,6 +25,18 @@ def load(paths):
                                for key, cells in table.items()}
 
 
+def print_layouts(device, base, new):
+    """paged_decode_graph_timing.py runs: one FlashCore call per cache layout, no anchors."""
+    print(f"{device}: us per call, decode replayed as CUDA graphs, per cache layout\n")
+    print("| batch | keys | layout | base | new | new / base | new / new contiguous |")
+    print("|---|---|---|---|---|---|---|")
+    for key in sorted(new, key=lambda k: (-k[1], k[2])):
+        _, batch, seqlen_k, _, _ = key
+        for name, us in new[key].items():
+            print(f"| {batch} | {seqlen_k} | {name} | {base[key][name]:.2f} | {us:.2f} "
+                  f"| {us / base[key][name]:.3f} | {new[key]['contiguous'] / us:.3f} |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", nargs="+", required=True)
@@ -31,6 +44,9 @@ def main():
     args = parser.parse_args()
     device, base = load(args.base)
     _, new = load(args.new)
+    if not any("flashcore" in cells for cells in new.values()):
+        print_layouts(device, base, new)
+        return
     print(f"{device}: us per call, decode replayed as CUDA graphs (seqlen_q 1, d128, bf16)\n")
     print("| pattern | batch | keys | heads q / kv | base | new | new / base | cuDNN | FA2 "
           "| speedup vs cuDNN | vs FA2 |")

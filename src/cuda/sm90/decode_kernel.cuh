@@ -35,6 +35,7 @@
 #include "cuda/ptx/grid_dependency.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/setmaxnreg.cuh"
 #include "cuda/ptx/tma.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/consumer.cuh"
@@ -53,17 +54,32 @@ namespace flashcore::detail {
 constexpr int kSm90DecodeThreads = 128;  // the consumer warpgroup: the wgmma M of 64 rows
 
 // Who loads K/V. A layout whose blocks may take many loads (Layout::kProducerLanes > 1: a paged
-// block is up to kBlockN boxes, or gathered rows each after a page-table read) gets a producer
-// warpgroup after the consumers, which runs up to kStages blocks ahead and waits only on a
-// stage's release, so neither the page-table reads nor the copies' issue stall the GEMMs. Its
-// warp 0 issues TMA boxes; gathered blocks (paged_gather.cuh) take all four warps, whose copies
-// are issue-bound in one warp. A dense block is one TMA box: thread 0 issues it between its own
-// GEMMs, and no warp is added.
+// block is up to kBlockN boxes, or gathered rows each after a page-table read) gets producer
+// warps after the consumers, which run up to kStages blocks ahead and wait only on a stage's
+// release, so neither the page-table reads nor the copies' issue stall the GEMMs. Warp 0 issues
+// TMA boxes; gathered blocks (paged_gather.cuh) take every producer warp, whose copies are
+// issue-bound in one warp: four warps gather a block's K while four others gather its V, so V's
+// page-table reads and copies do not queue behind K's (four warps doing K then V, or two and
+// two, ran page 1 5% / 7% slower: docs/kernels.md, run 196). A dense block is one TMA box:
+// thread 0 issues it between its own GEMMs, and no warp is added.
 template <class Layout>
 struct Sm90DecodeRoles {
   static constexpr bool kProducerWarps = Layout::kProducerLanes > 1;
-  static constexpr int kGatherThreads = 128;
+  static constexpr int kGatherThreadsPerTensor = 128;  // K's, and as many for V
+  static constexpr int kGatherThreads = 2 * kGatherThreadsPerTensor;
+  static_assert(kGatherThreadsPerTensor % kSm90GatherLanes == 0, "K and V gather whole warps");
   static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarps ? kGatherThreads : 0);
+  // setmaxnreg budgets with producer warps: at launch __launch_bounds__(384, 1) caps every
+  // thread at 168 registers (65536 / 384, rounded down to 8), where the d256 consumer spilled
+  // 552 bytes (it takes 226 uncapped); the gathering warpgroups give back to 128, the consumers
+  // take 232.
+  static constexpr int kProducerRegisters = 136;
+  static constexpr int kConsumerRegisters = 232;
+  static constexpr int kRegistersAtLaunch = 65536 / kThreads / 8 * 8;
+  static_assert(!kProducerWarps || kSm90DecodeThreads * kConsumerRegisters +
+                                           kGatherThreads * kProducerRegisters <=
+                                       kThreads * kRegistersAtLaunch,
+                "setmaxnreg budgets past the registers the CTA holds at launch");
 
   // Whether producer thread `thread` takes part in loading a block: every gathering thread, or
   // the layout's box lanes.
@@ -120,11 +136,19 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
                                                     int lane) {
   const int stage = step % Config::kStages;
   const int n_block = kv_tiles.tile_at(step);
-  constexpr int kGatherThreads = Sm90DecodeRoles<Layout>::kGatherThreads;
-  sm90_arm_and_load_kv_block<Config, Layout, kGatherThreads>(
-      smem.k(stage), map_k, smem.k_full(stage), params, false, n_block, tile.head, tile.batch, lane);
-  sm90_arm_and_load_kv_block<Config, Layout, kGatherThreads>(
-      smem.v(stage), map_v, smem.v_full(stage), params, true, n_block, tile.head, tile.batch, lane);
+  constexpr int kPerTensor = Sm90DecodeRoles<Layout>::kGatherThreadsPerTensor;
+  if (Layout::template kv_gathered<Config::kBlockN>(params)) {  // K's threads, then V's
+    const bool is_v = lane >= kPerTensor;
+    sm90_gather_kv_block<Config, kPerTensor>(is_v ? smem.v(stage) : smem.k(stage),
+                                             is_v ? smem.v_full(stage) : smem.k_full(stage),
+                                             params, is_v, n_block, tile.head, tile.batch,
+                                             is_v ? lane - kPerTensor : lane);
+    return;
+  }
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
+                                             false, n_block, tile.head, tile.batch, lane);
+  sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
+                                             true, n_block, tile.head, tile.batch, lane);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse.
@@ -167,7 +191,8 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
 #pragma unroll
     for (int stage = 0; stage < Config::kStages; ++stage) {
       const uint32_t arrivals =
-          Layout::template kv_full_arrivals<Config::kBlockN, Roles::kGatherThreads>(params);
+          Layout::template kv_full_arrivals<Config::kBlockN, Roles::kGatherThreadsPerTensor>(
+              params);
       mbarrier_init(smem.k_full(stage), arrivals);
       mbarrier_init(smem.v_full(stage), arrivals);
       if (kProducerWarps) mbarrier_init(smem.stage_empty(stage), kSm90DecodeThreads);
@@ -196,6 +221,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   }
   if constexpr (kProducerWarps) {
     if (producer_thread >= 0) {  // every block in turn, each into a stage the consumers released
+      setmaxnreg_dec<Roles::kProducerRegisters>();
       if (!Roles::template loads_kv<Config::kBlockN>(params, producer_thread)) return;
       for (int step = 0; step < count; ++step) {
         if (step >= Config::kStages) {
@@ -208,6 +234,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
       cp_async_wait_all();  // a gather's copies land before their thread exits
       return;
     }
+    setmaxnreg_inc<Roles::kConsumerRegisters>();
   } else if (thread < Layout::kProducerLanes) {  // the first stages; the rest in the loop
     for (int step = 0; step < count && step < Config::kStages; ++step) {
       sm90_decode_load_kv<Config, Layout>(smem, &map_k, &map_v, params, tile, kv_tiles, step,

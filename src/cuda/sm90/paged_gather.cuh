@@ -29,6 +29,10 @@ constexpr int kSm90GatherLanes = 32;  // a gathering warp; the general kernel's 
 // fully it spilled kilobytes (docs/kernels.md, runs 107 and 113).
 constexpr int kSm90OneWarpGatherUnroll = 4;
 
+// Copies a gather of several warps unrolls at most: a d256 group is 32 one-row copies, which
+// unrolled fully spilled in the decode kernel's 136-register producer warps (decode_kernel.cuh).
+constexpr int kSm90GatherMaxUnroll = 16;
+
 // Blocks a K gather prefetches the page-table entries of: the next ones the producer loads
 // (blocks are walked downwards, mask.cuh), so their entries come from the L2 and not the DRAM
 // when their turn comes: every gather waits on its page-table reads before it can copy.
@@ -88,10 +92,12 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
   constexpr int kChunksPerLane = kChunksPerRow / kLanesPerRow;
   constexpr int kGroups = (Config::kBlockN + kSm90GatherLanes - 1) / kSm90GatherLanes;
   constexpr int kGroupsPerWarp = (kGroups + kWarps - 1) / kWarps;
-  // A group's copies, unrolled fully where the gather has registers to spare (the decode
-  // kernel's producer warps).
+  // A group's copies, unrolled (fully up to d128) where the gather has registers to spare (the
+  // decode kernel's producer warps).
   constexpr int kCopiesPerGroup = kSm90GatherLanes / kRowsPerCopy;
-  constexpr int kUnroll = kWarps > 1 ? kCopiesPerGroup : kSm90OneWarpGatherUnroll;
+  constexpr int kUnroll = kWarps == 1                          ? kSm90OneWarpGatherUnroll
+                          : kCopiesPerGroup < kSm90GatherMaxUnroll ? kCopiesPerGroup
+                                                                   : kSm90GatherMaxUnroll;
   static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
   // The 128-byte swizzle repeats every kChunksPerSwizzleRow rows (a 1024-byte atom).
   static_assert(kChunksPerSwizzleRow % kRowsPerCopy == 0, "a copy's rows share a swizzle atom");
