@@ -59,13 +59,15 @@ cases=(
   "--batch 16 --seqlen-q 1 --seqlen-k 300 --heads-q 32 --heads-kv 8 --head-dim 128"
   # Serving layouts (issue 25): a ragged varlen batch whose slabs cross sequence ends (bounded O
   # stores, packed tile order), chunked prefill against a paged cache of 16-token pages, and
-  # decode over 1-token pages (the producer warpgroup's gather: d64; d128 with more tiles than
-  # SMs, in waves; d256, whose 80-row blocks leave a gathering warp idle) and a contiguous cache
-  # (V tails zeroed).
+  # decode over 1-token pages (the producer warps' gather: d64; d128 with more tiles than SMs,
+  # in waves; d256, whose 80-row blocks leave a gathering warp idle) and a contiguous cache (V
+  # tails zeroed).
   "--layout varlen --seqlens 130,1,64,0,300 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--layout paged --page-size 16 --seqlens 40,300,17 --seqlen-q 20 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--layout paged --page-size 1 --seqlens 70,1,200 --heads-q 16 --heads-kv 2 --head-dim 64"
   "--layout paged --page-size 1 --batch 40 --seqlen-k 150 --heads-q 16 --heads-kv 4 --head-dim 128"
+  # Decode over 16-token pages: a TMA box a page, in the 384-thread decode CTAs.
+  "--layout paged --page-size 16 --batch 40 --seqlen-k 300 --heads-q 16 --heads-kv 4 --head-dim 128"
   "--layout paged --page-size 2 --seqlens 90,3,161 --heads-q 8 --heads-kv 2 --head-dim 256"
   "--layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )

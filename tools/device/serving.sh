@@ -9,7 +9,10 @@
 #                                             # and FA3 through JAX (a process each)
 #
 # Knobs: CTEST_ARGS (default "-L gpu") picks the ctest cases of STEP=check, SANITIZE=0 skips its
-# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces STEP=bench's ncu decode configs.
+# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces STEP=bench's ncu decode configs,
+# NCU_CLOCK their clock control (default base: ncu locks the base clock; none: the card's own
+# clocks, as a server runs; page-1 FlashCore read 10% slower at base, FA3 2%: docs/kernels.md,
+# runs 195-196).
 #
 # Carry .anchors (FA3 wheel) for STEP=bench and .anchors-jax (flash_attn3_jax wheel) for the
 # JAX anchor; both fit one call with a lean tree. Logs and JSON go to OUT (default $OUT or
@@ -62,7 +65,8 @@ ncu_kernel_us() {
   local impl=$1 log
   shift
   log="$OUT/ncu_${impl}_$(echo "$*" | tr ' -' '__').csv"
-  ncu --csv --metrics gpu__time_duration.sum --target-processes all \
+  ncu --clock-control "${NCU_CLOCK:-base}" --csv --metrics gpu__time_duration.sum \
+    --target-processes all \
     python3 bench/paged_decode_anchor.py --impl "$impl" "$@" >"$log" 2>&1 || { echo "ncu failed"; return 1; }
   local keys="flash,Flash"  # FA3: its scheduler-prepare and forward kernels
   [ "$impl" = flashcore ] && keys="sm90,sm80,combine"
@@ -87,7 +91,8 @@ elif [ "$STEP" = bench ]; then
   run compare_serving python3 bench/compare.py --grid serving --timing graph \
     --out "$OUT/compare_serving"
   {
-    echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls)"
+    echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
+      "clock control ${NCU_CLOCK:-base})"
     echo "config | flashcore | fa3-jax"
     default_configs="--batch 64 --keys 4096 --page-size 16;--batch 64 --keys 4096 --page-size 1"
     default_configs+=";--batch 64 --keys 4096 --page-size 64;--batch 64 --keys 4096 --page-size 0"
