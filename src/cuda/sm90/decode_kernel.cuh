@@ -71,7 +71,7 @@ struct Sm90DecodeRoles {
   static constexpr int kThreads = kSm90DecodeThreads + (kProducerWarps ? kGatherThreads : 0);
   // setmaxnreg budgets with producer warps: at launch __launch_bounds__(384, 1) caps every
   // thread at 168 registers (65536 / 384, rounded down to 8), where the d256 consumer spilled
-  // 552 bytes (it takes 226 uncapped); the gathering warpgroups give back to 128, the consumers
+  // 552 bytes (it takes 226 uncapped); the producer warpgroups give back to 136, the consumers
   // take 232.
   static constexpr int kProducerRegisters = 136;
   static constexpr int kConsumerRegisters = 232;
