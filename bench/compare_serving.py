@@ -239,15 +239,21 @@ def _merit(config, result):
     return result["kv_tb_s"] if config.is_decode() else result["tflops"]
 
 
+def _lengths(config):
+    return config.group, config.dtype, config.lengths_q, config.lengths_k
+
+
 def ratios(records, name):
     """Per record, what the issue asks of `name` (the first flashcore column): speed against
-    FA3 on the same row, and its figure of merit against its group's first dense row
-    (TFLOPS for varlen prefill, K/V TB/s for decode)."""
-    dense = {}
+    FA3 on the same row, and its figure of merit (TFLOPS for varlen prefill, K/V TB/s for
+    decode) against the dense row of the same sequence lengths, or else its group's first dense
+    row of its dtype."""
+    first_dense, same_lengths = {}, {}
     for record in records:
         config = record["config_obj"]
         if config.layout == grid.DENSE:
-            dense.setdefault(config.group, record)
+            first_dense.setdefault((config.group, config.dtype), record)
+            same_lengths.setdefault(_lengths(config), record)
     notes = []
     for record in records:
         config, results = record["config_obj"], record["results"]
@@ -256,7 +262,8 @@ def ratios(records, name):
             fa3 = results.get("fa3", {})
             if fa3.get("status") == "ok":
                 text.append(f"{fa3['median_ms'] / ours['median_ms']:.2f}x FA3")
-            base = dense.get(config.group)
+            base = same_lengths.get(_lengths(config),
+                                    first_dense.get((config.group, config.dtype)))
             if base is not None and base is not record:
                 theirs = base["results"].get(name, {})
                 if theirs.get("status") == "ok":

@@ -4,7 +4,8 @@ bytes of K/V read. Pure Python: no torch needed to list them or test them.
 Three groups, each measured against what the issue asks it to match:
   varlen   ragged prefill (8192+4096+...+17+1 tokens, GQA 32/8, d128, causal) against FA3's
            flash_attn_varlen_func, and FlashCore's dense kernel on equal-length batches of the
-           same number of tokens (b2 x 8192 and b8 x 2048, about the same 16k tokens).
+           same number of tokens (b2 x 8192 and b8 x 2048, about the same 16k tokens), each
+           also packed as a varlen call: the varlen path's own cost against the dense one's.
   decode   batch 64, 4096 keys, one query each: FlashCore's dense decode (flashcore.attention),
            its contiguous cache and paged caches at page 1, 16 and 64 (KV read rate, TB/s).
   mid      batch 16 with 8192 keys (128 tiles on 132 SMs): dense, contiguous cache, paged at 16.
@@ -99,8 +100,9 @@ def serving_configs(dtypes=("bf16",), divisor=1):
         configs.append(ServingConfig("varlen", VARLEN, lengths, lengths, dtype))
         for batch, seqlen in EQUAL_LENGTH_BATCHES:
             (length,) = _scaled((seqlen,), divisor)
-            configs.append(ServingConfig("varlen", DENSE, (length,) * batch, (length,) * batch,
-                                         dtype))
+            equal = (length,) * batch
+            configs.append(ServingConfig("varlen", DENSE, equal, equal, dtype))
+            configs.append(ServingConfig("varlen", VARLEN, equal, equal, dtype))
         for group, batch, keys, page_sizes in (
                 ("decode", DECODE_BATCH, DECODE_KEYS, DECODE_PAGE_SIZES),
                 ("mid", MID_BATCH, MID_KEYS, MID_PAGE_SIZES),

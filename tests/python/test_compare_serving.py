@@ -18,7 +18,12 @@ def test_the_serving_grid_holds_the_issues_rows():
     described = [c.describe() for c in configs]
     assert len(set(configs)) == len(configs)
     varlen = [c for c in configs if c.layout == grid.VARLEN]
-    assert [c.lengths_q for c in varlen] == [(8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)]
+    # The ragged batch, then the equal-length batches packed (beside their dense rows).
+    assert [c.lengths_q for c in varlen] == [(8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1),
+                                             (8192,) * 2, (2048,) * 8]
+    dense = [c for c in configs if c.group == "varlen" and c.layout == grid.DENSE]
+    assert [(c.lengths_q, c.lengths_k) for c in dense] == \
+        [(c.lengths_q, c.lengths_k) for c in varlen[1:]]
     assert all((c.heads_q, c.heads_kv, c.head_dim, c.causal) == (32, 8, 128, True)
                for c in configs)
     decode_pages = sorted(c.page_size for c in configs
@@ -31,11 +36,10 @@ def test_the_serving_grid_holds_the_issues_rows():
         assert all(c.lengths_k == (keys,) * batch and c.lengths_q == (1,) * batch
                    for c in configs if c.group == group)
     assert "decode paged p16: b64 sq1 sk4096 hq32 hkv8 d128 bf16 causal" in described
-    # The equal-length dense batches hold about the ragged batch's tokens.
+    # The equal-length batches hold about the ragged batch's tokens.
     tokens = sum(varlen[0].lengths_q)
-    for c in configs:
-        if c.group == "varlen" and c.layout == grid.DENSE:
-            assert abs(sum(c.lengths_q) - tokens) < 0.01 * tokens
+    for c in dense + varlen[1:]:
+        assert abs(sum(c.lengths_q) - tokens) < 0.01 * tokens
 
 
 def test_flops_are_the_dense_convention_summed_over_sequences():
@@ -77,3 +81,31 @@ def test_list_prints_the_serving_rows_without_torch():
     lines = result.stdout.splitlines()
     assert len(lines) == len(grid.serving_configs())
     assert lines[0].startswith("varlen varlen: lengths 8192+4096+")
+
+
+def test_ratios_pair_a_varlen_row_with_the_dense_row_of_its_lengths():
+    pytest.importorskip("torch")
+    import compare_serving
+
+    def record(config, ms, fa3_ms=None):
+        results = {"flashcore": {"status": "ok", "median_ms": ms,
+                                 "tflops": config.flops() / ms / 1e9}}
+        if fa3_ms is not None:
+            results["fa3"] = {"status": "ok", "median_ms": fa3_ms}
+        return {"config_obj": config, "results": results}
+
+    configs = [c for c in grid.serving_configs(("bf16", "fp16")) if c.group == "varlen"]
+    ragged, dense_b2, packed_b2, dense_b8, packed_b8 = configs[:5]
+    fp16_dense_b2 = configs[6]
+    assert (packed_b2.layout, packed_b2.lengths_q) == (grid.VARLEN, (8192, 8192))
+    assert fp16_dense_b2.dtype == "fp16" and fp16_dense_b2.layout == grid.DENSE
+    records = [record(ragged, 1.2, 1.25), record(dense_b2, 1.6), record(packed_b2, 1.65, 1.5),
+               record(dense_b8, 0.5), record(packed_b8, 0.5), record(fp16_dense_b2, 3.2)]
+    notes = compare_serving.ratios(records, "flashcore")
+    # The ragged batch against the group's first dense row; each packed batch against the
+    # dense one of its lengths; the fp16 row against nothing of bf16's.
+    expected_ragged = (ragged.flops() / 1.2) / (dense_b2.flops() / 1.6)
+    assert notes[0] == f"1.04x FA3; {expected_ragged:.2f}x dense b2"
+    assert notes[2] == "0.91x FA3; 0.97x dense b2"
+    assert notes[4] == "1.00x dense b8"
+    assert notes[1] == "-" and notes[5] == "-"
