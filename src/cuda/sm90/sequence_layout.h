@@ -72,7 +72,7 @@ struct Sm90DenseLayout {
   }
   // Whether K/V blocks are gathered with cp.async (paged_gather.cuh) instead of TMA, and the
   // arrivals a block's full barrier then expects: one arming arrival, or one from each of the
-  // kernel's kGatherThreads gathering threads.
+  // kGatherThreads threads that gather the block's K (or V).
   template <int kBlockN>
   FC_HOST_DEVICE static bool kv_gathered(const AttentionParams& /*params*/) { return false; }
   template <int kBlockN, int kGatherThreads>
