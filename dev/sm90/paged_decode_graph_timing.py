@@ -23,9 +23,9 @@ import flashcore.torch as fct
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from compare_runner import balanced_rounds  # noqa: E402
+from decode_graph_timing import CALLS_PER_GRAPH, capture, time_graph  # noqa: E402
 
-CALLS_PER_GRAPH = 20  # calls in one graph: one replay's launch cost spread thin
-REPLAYS = 5           # timed replays per round
+REPLAYS = 5  # timed replays per round (of CALLS_PER_GRAPH calls)
 ROUNDS = 8  # at least; rounded up to whole balanced squares
 SHAPES = [(64, 4096), (16, 8192), (1, 32768)]  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -62,31 +62,6 @@ def layouts(q, k, v, gen):
     return calls
 
 
-def capture(call):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS_PER_GRAPH):
-            call()
-    return graph
-
-
-def time_graph(graph):
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPLAYS):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / (REPLAYS * CALLS_PER_GRAPH)  # us per call
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -109,7 +84,7 @@ def main():
         times = {name: [] for name in graphs}
         for order in balanced_rounds(list(graphs), ROUNDS):
             for name in order:
-                times[name].append(time_graph(graphs[name]))
+                times[name].append(time_graph(graphs[name], REPLAYS))
         median = {name: statistics.median(t) for name, t in times.items()}
         kv_bytes = 2 * batch * keys * HEADS_KV * HEAD_DIM * k.element_size()
         records.append({"batch": batch, "seqlen_k": keys, "heads_q": HEADS_Q,
