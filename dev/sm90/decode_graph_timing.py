@@ -88,6 +88,15 @@ def time_graph(graph, replays=REPLAYS):
     return start.elapsed_time(end) * 1e3 / (replays * CALLS_PER_GRAPH)  # us per call
 
 
+def write_run(path, records, replays=REPLAYS, rounds=ROUNDS):
+    """The run's records with the device and the timing's settings, as JSON (what
+    summarize_graph_timing.py reads)."""
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "calls_per_graph": CALLS_PER_GRAPH, "replays": replays,
+                   "rounds_at_least": rounds, "records": records}, f, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -128,10 +137,7 @@ def main():
                   f"{cells}  flashcore speedup: {ratios}", flush=True)
             del graphs
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS,
-                       "rounds_at_least": ROUNDS, "records": records}, f, indent=1)
+        write_run(args.json, records)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ Shapes: seqlen_q 1, GQA 32 / 8 heads, d128, bf16, at batch 64 x 4096 keys, 16 x 
 figure is the median over rounds. Each layout's output is checked against the dense call's.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,9 +22,9 @@ import flashcore.torch as fct
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from compare_runner import balanced_rounds  # noqa: E402
-from decode_graph_timing import CALLS_PER_GRAPH, capture, time_graph  # noqa: E402
+from decode_graph_timing import capture, time_graph, write_run  # noqa: E402
 
-REPLAYS = 5  # timed replays per round (of CALLS_PER_GRAPH calls)
+REPLAYS = 5  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
 SHAPES = [(64, 4096), (16, 8192), (1, 32768)]  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
@@ -100,10 +99,7 @@ def main():
             f"{name} {error:.1e}" for name, error in errors.items()), flush=True)
         del graphs
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "calls_per_graph": CALLS_PER_GRAPH, "replays": REPLAYS,
-                       "rounds_at_least": ROUNDS, "records": records}, f, indent=1)
+        write_run(args.json, records, REPLAYS, ROUNDS)
     return 1 if failed else 0
 
 
