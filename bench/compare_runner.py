@@ -156,12 +156,6 @@ def balanced_round_orders(count):
     return rows if count % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
-def balanced_round_count(rounds, count):
-    """`rounds` (at least one) rounded up to whole squares of balanced_round_orders(count)."""
-    rows = len(balanced_round_orders(count))
-    return -(-max(rounds, 1) // rows) * rows
-
-
 def balanced_round(items, index):
     """`items` in round `index`'s order (the square's rows in turn)."""
     orders = balanced_round_orders(len(items))
@@ -169,8 +163,11 @@ def balanced_round(items, index):
 
 
 def balanced_rounds(items, rounds):
-    """`items` in the order of each round: at least `rounds` of them, whole squares."""
-    return [balanced_round(items, r) for r in range(balanced_round_count(rounds, len(items)))]
+    """`items` in the order of each round: at least `rounds` (one or more) of them, whole
+    squares."""
+    orders = balanced_round_orders(len(items))
+    squares = -(-max(rounds, 1) // len(orders))
+    return [[items[i] for i in order] for _ in range(squares) for order in orders]
 
 
 def short_reason(error):

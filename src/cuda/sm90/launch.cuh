@@ -2,11 +2,11 @@
 // seqlen_q, and the waves of its tiles (or the packed GQA kernel for short queries), builds the
 // four tensor maps from the sequence layout, raises the kernel's dynamic shared-memory limit
 // once, and launches on params.stream as many CTAs as the row's scheduler asks for (zeroing the
-// caller's tile counters first when it claims tiles). Packed calls launch as programmatic dependents of the kernel
-// before them (launch_dependent.h); those with too few tiles split their keys and launch the
-// combine kernel after, and those of at most 64 rows a tile that fit the SMs run the decode
-// kernel (decode_kernel.cuh). Throws Error for anything it cannot run, e.g. strides a tensor map
-// cannot describe (auto selection already sends those calls to sm80).
+// caller's tile counters first when it claims tiles). Packed calls launch as programmatic
+// dependents of the kernel before them (launch_dependent.h); those with too few tiles split
+// their keys and launch the combine kernel after, and those of at most 64 rows a tile that fit
+// the SMs run the decode kernel (decode_kernel.cuh). Throws Error for anything it cannot run,
+// e.g. strides a tensor map cannot describe (auto selection already sends those calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
