@@ -60,7 +60,7 @@ struct Sm90ClusterShape {
       kClustered && Config::kConsumerWarpgroups == 3 ? 32 : Config::kProducerRegisters;
   static_assert(kProducerRegisters * Config::kThreadsPerWarpgroup +
                         Config::kConsumerRegisters * Config::kConsumerThreads <=
-                    65536,
+                    kSm90RegistersPerSm,
                 "setmaxnreg budgets past the SM's 64K registers");
 
   static_assert(Config::kRow.cluster_m == 1 || Config::kRow.cluster_m == 2,

@@ -48,6 +48,7 @@
 #include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
+#include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
 
@@ -75,7 +76,8 @@ struct Sm90DecodeRoles {
   // take 232.
   static constexpr int kProducerRegisters = 136;
   static constexpr int kConsumerRegisters = 232;
-  static constexpr int kRegistersAtLaunch = 65536 / kThreads / 8 * 8;
+  static constexpr int kRegistersAtLaunch =
+      kSm90RegistersPerSm / kThreads / kSm90RegisterUnit * kSm90RegisterUnit;
   static_assert(!kProducerWarps || kSm90DecodeThreads * kConsumerRegisters +
                                            kGatherThreads * kProducerRegisters <=
                                        kThreads * kRegistersAtLaunch,

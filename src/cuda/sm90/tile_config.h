@@ -58,6 +58,11 @@ constexpr int kSm90TileSlotBytes = 32;
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 constexpr int kSm90MaxSmemBytes = 227 * 1024;
 
+// An SM's register file: 64K 32-bit registers, the pool that __launch_bounds__ caps and
+// setmaxnreg budgets divide. A thread's registers come in units of 8 (setmaxnreg's counts too).
+constexpr int kSm90RegistersPerSm = 65536;
+constexpr int kSm90RegisterUnit = 8;
+
 // Row: a type with a `static constexpr Sm90TuningRow kRow` (Sm90TableRow, or a sweep's own).
 // kPacksGroups_: the tiles' rows hold the query heads of a KV group (sm90_packs_query_groups).
 // kOutDType_: the dtype of out (the input dtype, except for fp8 inputs: fp16 or bf16).
