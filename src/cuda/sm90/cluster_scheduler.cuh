@@ -92,8 +92,9 @@ struct Sm90ClusterScheduler {
     tile.m_block = cluster_m_block * kClusterSize + sm90_cluster_rank<Config, Layout>();
     tile.head = pair % params.heads_q;
     tile.batch = pair / params.heads_q;
+    sm90_resolve_sequence<Layout>(params, tile);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
-        tile.m_block, sm90_query_rows<Layout>(params, tile.batch, 0));
+        tile.m_block, sm90_tile_query_rows<Layout>(params, tile, 0));
     tile.kv_split = 0;
     return tile;
   }
@@ -102,7 +103,7 @@ struct Sm90ClusterScheduler {
   // m_block -1 says there is no further one). One tile: as Sm90SingleTileScheduler's (the
   // consumers decode their CTA's only tile themselves).
   __device__ __forceinline__ void publish(Sm90Tile* slot, const Sm90Tile& tile) const {
-    if constexpr (kPersistent) sm90_publish_tile<Config>(slot, tile);
+    if constexpr (kPersistent) sm90_publish_tile<Config, Layout>(slot, tile);
   }
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase) const {
@@ -117,7 +118,7 @@ struct Sm90ClusterScheduler {
                                                 uint32_t q_phase, Sm90Tile& tile) const {
     if constexpr (kPersistent) {
       mbarrier_wait_parity(smem.q_full(), q_phase);
-      tile = sm90_receive_tile<Config>(smem.tile_slot());
+      tile = sm90_receive_tile<Config, Layout>(smem.tile_slot());
       return tile.m_block >= 0;
     } else {
       tile = this->tile(params, first_index());

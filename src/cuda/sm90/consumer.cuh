@@ -124,7 +124,7 @@ struct Sm90ThreadRows {
     const int lane = thread_in_warpgroup % 32;
     slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);
     const int row0 = slab_row_begin + (thread_in_warpgroup / 32) * 16 + lane / 4;
-    const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
+    const MaskPolicy<kCausal> mask = sm90_tile_mask<kCausal, Layout>(params, tile);
     const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
     col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
     col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));

@@ -174,7 +174,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   const auto zero_first_v_tail = [&](int stage, int first_n_block) {
     if constexpr (kComputes && !Config::kTransposesV) {
       sm90_zero_v_past_keys<Config, Layout>(
-          smem.v_tile(stage), params, tile.batch, first_n_block, thread_in_warpgroup,
+          smem.v_tile(stage), params, tile, first_n_block, thread_in_warpgroup,
           sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
     }
   };

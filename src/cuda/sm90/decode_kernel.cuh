@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   const Sm90TileOrder<Config, Layout, kCausal> tile_order(params);
   const Sm90Tile tile = tile_order.tile(params, blockIdx.x);
   if (tile.m_block < 0) return;  // an index past a packed batch's blocks: no barrier is in use
-  const MaskPolicy<kCausal> mask = Layout::template mask<kCausal>(params, tile.batch);
+  const MaskPolicy<kCausal> mask = sm90_tile_mask<kCausal, Layout>(params, tile);
   const KvTileRange kv_tiles = sm90_kv_tiles<Config>(mask, tile, tile_order.group_shift, kv_split);
   const int count = kv_tiles.count();
   const int slab = sm90_slabs_before_row_0<Config>(tile.row_begin);  // the slab with the rows
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
     mbarrier_wait_parity(smem.v_full(stage), phase);
     sm90_kv_block_landed<Config, Layout>(params);
     if (step == 0) {  // the last block of the tile's range: the only one that can end past the keys
-      sm90_zero_v_past_keys<Config, Layout>(smem.v(stage), params, tile.batch, n_block, thread,
+      sm90_zero_v_past_keys<Config, Layout>(smem.v(stage), params, tile, n_block, thread,
                                             sm90_barrier_id(Sm90NamedBarrier::kDecodeStageFree));
     }
     Math::issue_pv(o, p, smem_u32(smem.v(stage)));
@@ -293,7 +293,7 @@ __global__ void __launch_bounds__(Sm90DecodeRoles<Layout>::kThreads, 1)
   const int lane = thread % 32;
   const int row0 = (thread / 32) * 16 + lane / 4;
   const int group_shift = tile_order.group_shift;
-  const int query_rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
+  const int query_rows = sm90_tile_query_rows<Layout>(params, tile, group_shift);
   if constexpr (kWritesSplits) {
     sm90_write_split<Config>(o, lse, params, kv_split, tile, slab_row_begin, row0, lane,
                              group_shift, query_rows);

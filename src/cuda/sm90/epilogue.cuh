@@ -89,13 +89,14 @@ __device__ __forceinline__ void sm90_store_o_rows(const float (&o)[kOAccRegs],
 struct Sm90SlabRows {
   int lane, row0, group_shift, query_rows;
   template <class Config, class Layout>
-  __device__ __forceinline__ static Sm90SlabRows of(const AttentionParams& params, int batch,
+  __device__ __forceinline__ static Sm90SlabRows of(const AttentionParams& params,
+                                                    const Sm90Tile& tile,
                                                     int thread_in_warpgroup) {
     Sm90SlabRows rows;
     rows.lane = thread_in_warpgroup % 32;
     rows.row0 = (thread_in_warpgroup / 32) * 16 + rows.lane / 4;
     rows.group_shift = sm90_group_shift<Config>(params);
-    rows.query_rows = sm90_query_rows<Layout>(params, batch, rows.group_shift);
+    rows.query_rows = sm90_tile_query_rows<Layout>(params, tile, rows.group_shift);
     return rows;
   }
 };
@@ -159,7 +160,7 @@ __device__ __forceinline__ Sm90RowTotals sm90_row_totals(const OnlineSoftmaxRows
                                                          int thread_in_warpgroup) {
   static_assert(Config::kTotalsUnderPv, "the other rows take their totals in sm90_epilogue");
   const Sm90SlabRows rows =
-      Sm90SlabRows::of<Config, Layout>(params, tile.batch, thread_in_warpgroup);
+      Sm90SlabRows::of<Config, Layout>(params, tile, thread_in_warpgroup);
   const Sm90RowTotals totals =
       sm90_finalize_rows<Config, /*kApproximate=*/true>(softmax, params, tile);
   sm90_write_lse(totals.lse, params, tile.head, tile.batch, slab_row_begin, rows,
@@ -179,7 +180,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                                               int thread_in_warpgroup,
                                               const Sm90QRelease& release) {
   const int head = tile.head, batch = tile.batch;
-  const Sm90SlabRows rows = Sm90SlabRows::of<Config, Layout>(params, batch, thread_in_warpgroup);
+  const Sm90SlabRows rows = Sm90SlabRows::of<Config, Layout>(params, tile, thread_in_warpgroup);
   const int lane = rows.lane, row0 = rows.row0;
   const int group_shift = rows.group_shift, query_rows = rows.query_rows;
 
@@ -241,7 +242,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
         !bounded_store) {
       const TmaRowCoord at =
-          Layout::q_row(params, batch, head, sm90_row_position(slab_row_begin, group_shift));
+          Layout::q_row(params, batch, tile.q_start, head,
+                        sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
       for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
         const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;

@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
         }
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<Mainloop::kCausal> mask =
-            Layout::template mask<Mainloop::kCausal>(params, tile.batch);
+            sm90_tile_mask<Mainloop::kCausal, Layout>(params, tile);
         const KvTileRange kv_tiles =
             Mainloop::kv_tiles(mask, tile, scheduler.group_shift(), kv_split);
         Mainloop::load(smem, maps, params, scheduler, tile, kv_tiles, scheduler.group_shift(),
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     while (scheduler.consumer_tile(params, smem, state.q_phase, tile)) {
       const int group_shift = scheduler.group_shift();
       const MaskPolicy<Mainloop::kCausal> mask =
-          Layout::template mask<Mainloop::kCausal>(params, tile.batch);
+          sm90_tile_mask<Mainloop::kCausal, Layout>(params, tile);
       const KvTileRange kv_tiles = Mainloop::kv_tiles(mask, tile, group_shift, kv_split);
       const int dead_blocks = Mainloop::dead_blocks(mask, tile, consumer, group_shift, kv_tiles);
       const int slab_row_begin = sm90_slab_row_begin<Config>(tile, consumer);

@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "cuda/ptx/fence.cuh"
 #include "cuda/ptx/named_barrier.cuh"
+#include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
 
 namespace flashcore::detail {
@@ -41,25 +42,26 @@ __device__ __forceinline__ void sm90_zero_v_rows(uint8_t* v_block, int first_row
   named_barrier_sync(barrier_id, kThreads);
 }
 
-// Keys of sequence `batch` in its KV block `n_block`: kBlockN when the block lies wholly inside
-// the sequence, fewer in the block of its last key.
+// Keys of the tile's sequence in its KV block `n_block`: kBlockN when the block lies wholly
+// inside the sequence, fewer in the block of its last key.
 template <class Config, class Layout>
-__device__ __forceinline__ int sm90_keys_in_block(const AttentionParams& params, int batch,
-                                                  int n_block) {
-  const int keys = Layout::seqlen_k(params, batch) - n_block * Config::kBlockN;
+__device__ __forceinline__ int sm90_keys_in_block(const AttentionParams& params,
+                                                  const Sm90Tile& tile, int n_block) {
+  const int keys = sm90_tile_seqlen_k<Layout>(params, tile) - n_block * Config::kBlockN;
   return keys < Config::kBlockN ? keys : Config::kBlockN;
 }
 
-// Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of sequence `batch`, where
-// the layout says such rows may hold anything; nothing for layouts that never do (compiled out)
-// and for blocks wholly inside the sequence (only the block of its last key has such rows).
+// Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of the tile's sequence,
+// where the layout says such rows may hold anything; nothing for layouts that never do (compiled
+// out) and for blocks wholly inside the sequence (only the block of its last key has such rows).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_zero_v_past_keys(uint8_t* v_block,
-                                                      const AttentionParams& params, int batch,
-                                                      int n_block, int thread_in_warpgroup,
+                                                      const AttentionParams& params,
+                                                      const Sm90Tile& tile, int n_block,
+                                                      int thread_in_warpgroup,
                                                       uint32_t barrier_id) {
   if (!Layout::kv_tail_may_hold_garbage(params)) return;
-  const int keys_in_block = sm90_keys_in_block<Config, Layout>(params, batch, n_block);
+  const int keys_in_block = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
   if (keys_in_block == Config::kBlockN) return;
   sm90_zero_v_rows<Config>(v_block, keys_in_block, thread_in_warpgroup, barrier_id);
 }

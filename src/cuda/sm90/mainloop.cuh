@@ -50,7 +50,7 @@ struct Sm90Mainloop {
                                                   const Sm90Tile& tile, int slab_row_begin,
                                                   int group_shift, const KvTileRange& kv_tiles,
                                                   int dead_blocks) {
-    const int rows = sm90_query_rows<Layout>(params, tile.batch, group_shift);
+    const int rows = sm90_tile_query_rows<Layout>(params, tile, group_shift);
     const bool sees_keys = dead_blocks == 0 || dead_blocks < kv_tiles.count();
     // Clustered, always: with an odd m-block count a cluster's second CTA has no row at all.
     constexpr bool kSkipsRowless =

@@ -20,8 +20,45 @@ struct Sm90Tile {
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
   int kv_split;   // packed tiles: which split of the KV blocks (Sm90KvSplit); else 0
+  // The tile's sequence (sm90_resolve_sequence): its query and key lengths, and its first row in
+  // a packed q (0 otherwise). The serving layouts read them from the call's index arrays, a
+  // round trip to the L2 each; resolved once by the tile order and handed over in the tile slot,
+  // they cost the consumers nothing at a tile's start (docs/kernels.md, run 203).
+  int seqlen_q;
+  int seqlen_k;
+  int q_start;
 };
 static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the smem tile slot");
+
+// Fills the tile's sequence fields for its batch entry.
+template <class Layout>
+__device__ __forceinline__ void sm90_resolve_sequence(const AttentionParams& params,
+                                                      Sm90Tile& tile) {
+  tile.seqlen_q = Layout::seqlen_q(params, tile.batch);
+  tile.seqlen_k = Layout::seqlen_k(params, tile.batch);
+  tile.q_start = Layout::q_start(params, tile.batch);
+}
+
+// The tile's sequence lengths: the call's where every sequence has them (Layout::kUniformLengths:
+// kernel parameters, which the kernel keeps in uniform registers), else the tile's.
+template <class Layout>
+__device__ __forceinline__ int sm90_tile_seqlen_q(const AttentionParams& params,
+                                                  const Sm90Tile& tile) {
+  return Layout::kUniformLengths ? params.seqlen_q : tile.seqlen_q;
+}
+template <class Layout>
+__device__ __forceinline__ int sm90_tile_seqlen_k(const AttentionParams& params,
+                                                  const Sm90Tile& tile) {
+  return Layout::kUniformLengths ? params.seqlen_k : tile.seqlen_k;
+}
+
+// The mask of the tile's sequence (bottom-right causal per sequence).
+template <bool kCausal, class Layout>
+__device__ __forceinline__ MaskPolicy<kCausal> sm90_tile_mask(const AttentionParams& params,
+                                                              const Sm90Tile& tile) {
+  return MaskPolicy<kCausal>(sm90_tile_seqlen_q<Layout>(params, tile),
+                             sm90_tile_seqlen_k<Layout>(params, tile));
+}
 
 // Split-KV of a packed launch (sm90_kv_split_plan): tile t's KV blocks in `splits` contiguous
 // ranges, each a tile of its own; a split's epilogue writes its partial O and lse here, in the
@@ -96,10 +133,16 @@ __device__ __forceinline__ void sm90_for_each_thread_row(const Sm90Tile& tile, i
   }
 }
 
-// Rows of a (batch, head or KV group)'s query block sequence.
+// Rows of a (batch, head or KV group)'s query block sequence: the tile order's, from the
+// layout; everything after it, from the tile.
 template <class Layout>
 FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
   return Layout::seqlen_q(params, batch) << group_shift;
+}
+template <class Layout>
+__device__ __forceinline__ int sm90_tile_query_rows(const AttentionParams& params,
+                                                    const Sm90Tile& tile, int group_shift) {
+  return sm90_tile_seqlen_q<Layout>(params, tile) << group_shift;
 }
 
 // The heads that tiles run over: query heads, or packed, KV heads.

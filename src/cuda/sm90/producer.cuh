@@ -43,7 +43,7 @@ __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap
                                                  const Sm90Tile& tile, int slab_row_begin,
                                                  int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.head,
+  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.q_start, tile.head,
                                       sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
@@ -145,7 +145,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
     // The transposer zeroes V's rows past the keys (v_transpose.cuh); it read the stage's last
     // word before releasing the stage (`empty`), and reads this one after the arrival below.
     if (is_v && Layout::kv_tail_may_hold_garbage(params) && sm90_lead_lane<Layout>(lane)) {
-      *smem.v_keys(ring.stage) = sm90_keys_in_block<Config, Layout>(params, tile.batch, n_block);
+      *smem.v_keys(ring.stage) = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
     }
   }
   sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, n_block, kv_head,

@@ -104,8 +104,9 @@ struct Sm90TileOrder {
     }
     tile.head = pair % sm90_tile_heads<Config>(params);
     tile.batch = pair / sm90_tile_heads<Config>(params);
+    sm90_resolve_sequence<Layout>(params, tile);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
-        tile.m_block, sm90_query_rows<Layout>(params, tile.batch, group_shift));
+        tile.m_block, sm90_tile_query_rows<Layout>(params, tile, group_shift));
     tile.kv_split = kv_split;
     return tile;
   }
@@ -145,8 +146,9 @@ struct Sm90TileOrder {
     tile.head = first_head + rest % pairs;
     tile.m_block = blocks - 1 - rest / pairs;
     tile.batch = cursor_batch_;
+    sm90_resolve_sequence<Layout>(params, tile);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
-        tile.m_block, sm90_query_rows<Layout>(params, tile.batch, group_shift));
+        tile.m_block, sm90_tile_query_rows<Layout>(params, tile, group_shift));
     tile.kv_split = kv_split;
     return tile;
   }
@@ -175,18 +177,24 @@ struct Sm90TileCounters {
 };
 
 // The tile slot: the producer writes the decoded tile before its arrival on q_full, the
-// consumers read it after their wait. Only packed kernels split the KV blocks: the others leave
-// the split word alone.
-template <class Config>
+// consumers read it after their wait. Only packed kernels split the KV blocks, and only layouts
+// whose sequences differ carry theirs (Layout::kUniformLengths): the others leave those words
+// alone.
+template <class Config, class Layout>
 __device__ __forceinline__ void sm90_publish_tile(Sm90Tile* slot, const Sm90Tile& tile) {
   slot->m_block = tile.m_block;
   slot->head = tile.head;
   slot->batch = tile.batch;
   slot->row_begin = tile.row_begin;
   if constexpr (Config::kPacksGroups) slot->kv_split = tile.kv_split;
+  if constexpr (!Layout::kUniformLengths) {
+    slot->seqlen_q = tile.seqlen_q;
+    slot->seqlen_k = tile.seqlen_k;
+    slot->q_start = tile.q_start;
+  }
 }
 
-template <class Config>
+template <class Config, class Layout>
 __device__ __forceinline__ Sm90Tile sm90_receive_tile(const volatile Sm90Tile* slot) {
   Sm90Tile tile;
   tile.m_block = slot->m_block;
@@ -195,6 +203,13 @@ __device__ __forceinline__ Sm90Tile sm90_receive_tile(const volatile Sm90Tile* s
   tile.batch = slot->batch;
   tile.row_begin = slot->row_begin;
   tile.kv_split = Config::kPacksGroups ? slot->kv_split : 0;
+  if constexpr (!Layout::kUniformLengths) {
+    tile.seqlen_q = slot->seqlen_q;
+    tile.seqlen_k = slot->seqlen_k;
+    tile.q_start = slot->q_start;
+  } else {  // unread (sm90_tile_seqlen_q), set for completeness
+    tile.seqlen_q = tile.seqlen_k = tile.q_start = 0;
+  }
   return tile;
 }
 
@@ -261,7 +276,7 @@ struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
     }
   }
   __device__ __forceinline__ void publish(Sm90Tile* slot, const Sm90Tile& tile) const {
-    sm90_publish_tile<Config>(slot, tile);
+    sm90_publish_tile<Config, Layout>(slot, tile);
   }
   // Tells the consumers there is no further tile, once they have taken the last one's Q.
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& smem,
@@ -283,7 +298,7 @@ struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
                                                 const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase, Sm90Tile& tile) const {
     mbarrier_wait_parity(smem.q_full(), q_phase);
-    tile = sm90_receive_tile<Config>(smem.tile_slot());
+    tile = sm90_receive_tile<Config, Layout>(smem.tile_slot());
     return tile.m_block >= 0;
   }
 };

@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "common/params.h"
-#include "cuda/common/mask.cuh"
 #include "cuda/sm90/tensor_map.h"
 
 namespace flashcore::detail {
@@ -30,6 +29,9 @@ FC_HOST_DEVICE int lowest_power_of_two_factor(int n) { return n & -n; }
 struct Sm90DenseLayout {
   // Whether q can be packed (cu_seqlens_q): the tile order then walks the sequences' own blocks.
   static constexpr bool kMayPackQ = false;
+  // Whether every sequence has the call's seqlen_q and seqlen_k (else the tiles carry their
+  // sequence's: Sm90Tile).
+  static constexpr bool kUniformLengths = true;
   // The call's lengths themselves (the accessors would test the serving arrays for null).
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int /*batch*/) {
     return params.seqlen_q;
@@ -41,14 +43,13 @@ struct Sm90DenseLayout {
   FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
   FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
 
-  template <bool kCausal>
-  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int /*batch*/) {
-    return MaskPolicy<kCausal>(params.seqlen_q, params.seqlen_k);
-  }
+  // The first row of batch entry `batch` in a packed q: none here.
+  FC_HOST_DEVICE static int q_start(const AttentionParams& /*params*/, int /*batch*/) { return 0; }
 
-  // Query row (or packed position) `row` of head `head` of batch entry `batch`, in Q's and O's map.
-  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& /*params*/, int batch, int head,
-                                          int row) {
+  // Query row (or packed position) `row` of head `head` of batch entry `batch`, whose sequence
+  // starts at packed row `q_start` (q_start above), in Q's and O's map.
+  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& /*params*/, int batch,
+                                          int /*q_start*/, int head, int row) {
     return {row, head, batch};
   }
   // Threads of the producer warp that issue K/V loads: one (the block is one box).
@@ -126,6 +127,7 @@ struct Sm90DenseLayout {
 template <bool kGathersSmallPages>
 struct Sm90ServingLayoutOf {
   static constexpr bool kMayPackQ = true;
+  static constexpr bool kUniformLengths = false;
   FC_HOST_DEVICE static int seqlen_q(const AttentionParams& params, int batch) {
     return params.seqlen_q_of(batch);
   }
@@ -135,16 +137,15 @@ struct Sm90ServingLayoutOf {
   FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
   FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
 
-  template <bool kCausal>
-  FC_HOST_DEVICE static MaskPolicy<kCausal> mask(const AttentionParams& params, int batch) {
-    return MaskPolicy<kCausal>(params, batch);
+  FC_HOST_DEVICE static int q_start(const AttentionParams& params, int batch) {
+    if (params.cu_seqlens_q == nullptr) return 0;
+    return AttentionParams::packed_start(params.cu_seqlens_q, params.total_q, batch);
   }
 
-  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& params, int batch, int head,
-                                          int row) {
+  FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& params, int batch, int q_start,
+                                          int head, int row) {
     if (params.cu_seqlens_q == nullptr) return {row, head, batch};
-    return {AttentionParams::packed_start(params.cu_seqlens_q, params.total_q, batch) + row, head,
-            0};
+    return {q_start + row, head, 0};
   }
 
   // A paged block is up to kBlockN boxes (page_size 1): the producer warp's 32 lanes share them,
