@@ -120,7 +120,7 @@ __device__ __forceinline__ void sm90_arm_and_load_kv_share(uint8_t* dst, const C
   const int share_row = sm90_cluster_rank<Config, Layout>() * Shape::kRowsPerCta;
   // Dense: one box coordinate, the block's first key (Sm90ClusterShape admits no other layout).
   Layout::template for_each_kv_box<Config::kBlockN>(
-      params, batch, kv_head, n_block * Config::kBlockN, 0,
+      params, batch, /*k_start=*/0, kv_head, n_block * Config::kBlockN, 0,
       [&](int box_row, const TmaRowCoord& at) {
 #pragma unroll
         for (int block = 0; block < Config::kColumnBlocks; ++block) {

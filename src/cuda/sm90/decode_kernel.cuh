@@ -148,9 +148,9 @@ __device__ __forceinline__ void sm90_decode_load_kv(const Sm90DecodeSmem<Config>
     return;
   }
   sm90_arm_and_load_kv_block<Config, Layout>(smem.k(stage), map_k, smem.k_full(stage), params,
-                                             false, n_block, tile.head, tile.batch, lane);
+                                             false, n_block, tile.head, tile, lane);
   sm90_arm_and_load_kv_block<Config, Layout>(smem.v(stage), map_v, smem.v_full(stage), params,
-                                             true, n_block, tile.head, tile.batch, lane);
+                                             true, n_block, tile.head, tile, lane);
 }
 
 // An unsplit tile's O (normalized) and lse straight to out and lse.

@@ -21,12 +21,14 @@ struct Sm90Tile {
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
   int kv_split;   // packed tiles: which split of the KV blocks (Sm90KvSplit); else 0
   // The tile's sequence (sm90_resolve_sequence): its query and key lengths, and its first row in
-  // a packed q (0 otherwise). The serving layouts read them from the call's index arrays, a
-  // round trip to the L2 each; resolved once by the tile order and handed over in the tile slot,
-  // they cost the consumers nothing at a tile's start (docs/kernels.md, run 203).
+  // a packed q and in packed K/V (0 otherwise). The serving layouts read them from the call's
+  // index arrays, a round trip to the L2 each; resolved once a sequence by the tile order and
+  // handed over in the tile slot (but k_start, the producer's), they cost no thread anything at
+  // a tile's start or a block's load (docs/kernels.md, runs 203-204).
   int seqlen_q;
   int seqlen_k;
   int q_start;
+  int k_start;
 };
 static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the smem tile slot");
 
@@ -37,6 +39,7 @@ __device__ __forceinline__ void sm90_resolve_sequence(const AttentionParams& par
   tile.seqlen_q = Layout::seqlen_q(params, tile.batch);
   tile.seqlen_k = Layout::seqlen_k(params, tile.batch);
   tile.q_start = Layout::q_start(params, tile.batch);
+  tile.k_start = Layout::k_start(params, tile.batch);
 }
 
 // The tile's sequence lengths: the call's where every sequence has them (Layout::kUniformLengths:

@@ -64,10 +64,11 @@ __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorMap* map,
                                                    uint64_t* full, const AttentionParams& params,
-                                                   int n_block, int kv_head, int batch, int lane) {
+                                                   int n_block, int kv_head, const Sm90Tile& tile,
+                                                   int lane) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
   Layout::template for_each_kv_box<Config::kBlockN>(
-      params, batch, kv_head, n_block * Config::kBlockN, lane,
+      params, tile.batch, tile.k_start, kv_head, n_block * Config::kBlockN, lane,
       [&](int box_row, const TmaRowCoord& at) {
 #pragma unroll
         for (int block = 0; block < Config::kColumnBlocks; ++block) {
@@ -92,19 +93,20 @@ __device__ __forceinline__ void sm90_arm_and_load_kv_block(uint8_t* dst, const C
                                                            uint64_t* full,
                                                            const AttentionParams& params,
                                                            bool is_v, int n_block, int kv_head,
-                                                           int batch, int lane) {
+                                                           const Sm90Tile& tile, int lane) {
   if constexpr (Sm90ClusterShape<Config, Layout>::kClustered) {  // this CTA's share, multicast
-    sm90_arm_and_load_kv_share<Config, Layout>(dst, map, full, params, n_block, kv_head, batch);
+    sm90_arm_and_load_kv_share<Config, Layout>(dst, map, full, params, n_block, kv_head,
+                                               tile.batch);
     return;
   }
   if (Layout::template kv_gathered<Config::kBlockN>(params)) {
-    sm90_gather_kv_block<Config, kGatherThreads>(dst, full, params, is_v, n_block, kv_head, batch,
-                                                 lane);
+    sm90_gather_kv_block<Config, kGatherThreads>(dst, full, params, is_v, n_block, kv_head,
+                                                 tile.batch, lane);
     return;
   }
   if (sm90_lead_lane<Layout>(lane)) mbarrier_arrive_expect_tx(full, Config::kKVTileBytes);
   if constexpr (Layout::kProducerLanes > 1) __syncwarp();
-  sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, batch, lane);
+  sm90_load_kv_block<Config, Layout>(dst, map, full, params, n_block, kv_head, tile, lane);
 }
 
 // Q of every consumer's slab, but those wholly before row 0 (a causal first block,
@@ -149,7 +151,7 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
     }
   }
   sm90_arm_and_load_kv_block<Config, Layout>(dst, map, full, params, is_v, n_block, kv_head,
-                                             tile.batch, lane);
+                                             tile, lane);
   ring.advance();
 }
 

@@ -67,7 +67,9 @@ struct Sm90TileOrder {
       : group_shift(sm90_group_shift<Config>(params)),
         m_blocks(sm90_m_blocks<Config, Layout>(params)),
         heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
-        per_section(sm90_heads_per_section<Config, Layout>(params)) {}
+        per_section(sm90_heads_per_section<Config, Layout>(params)) {
+    cursor_.batch = -1;
+  }
 
   // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
   // the split is the slowest coordinate. An index past a packed batch's blocks gives m_block -1
@@ -114,29 +116,36 @@ struct Sm90TileOrder {
  private:
   // Packed q: the sequences one after another, each cut into L2 sections of heads as a dense
   // batch entry is, m-block slowest within a section (longest first under a causal mask). The
-  // sequence of a tile is found by walking the sequences' block counts from the last one found:
-  // a CTA's indices only grow, so the walk is short after its first tile.
-  mutable int cursor_batch_ = 0;
-  mutable int cursor_first_tile_ = 0;  // the index of cursor_batch_'s first tile
+  // sequence of a tile is found by walking the sequences' block counts from the last one found,
+  // whose resolved sequence (Sm90Tile's fields) the cursor keeps: a CTA's indices only grow, so
+  // the walk is short after its first tile, and tiles of the sequence before read nothing.
+  mutable Sm90Tile cursor_;            // batch -1: not placed yet
+  mutable int cursor_first_tile_ = 0;  // the index of cursor_.batch's first tile
+  mutable int cursor_tiles_ = 0;       // its tiles
 
-  __device__ __forceinline__ int tiles_of(const AttentionParams& params, int batch) const {
-    return sm90_m_blocks_of_rows<Config>(sm90_query_rows<Layout>(params, batch, group_shift)) *
-           sm90_tile_heads<Config>(params);
+  __device__ __forceinline__ void place_cursor(const AttentionParams& params, int batch) const {
+    cursor_.batch = batch;
+    sm90_resolve_sequence<Layout>(params, cursor_);
+    cursor_tiles_ =
+        sm90_m_blocks_of_rows<Config>(sm90_tile_query_rows<Layout>(params, cursor_, group_shift)) *
+        sm90_tile_heads<Config>(params);
   }
 
   __device__ __forceinline__ Sm90Tile packed_tile(const AttentionParams& params, int index,
                                                   int kv_split) const {
     Sm90Tile tile;
     tile.m_block = -1;
-    if (index < cursor_first_tile_) cursor_batch_ = cursor_first_tile_ = 0;
-    int tiles = cursor_batch_ < params.batch ? tiles_of(params, cursor_batch_) : 0;
-    while (cursor_batch_ < params.batch && index >= cursor_first_tile_ + tiles) {
-      cursor_first_tile_ += tiles;
-      if (++cursor_batch_ < params.batch) tiles = tiles_of(params, cursor_batch_);
+    if (cursor_.batch < 0 || index < cursor_first_tile_) {
+      cursor_first_tile_ = 0;
+      place_cursor(params, 0);
     }
-    if (cursor_batch_ >= params.batch) return tile;
+    while (index >= cursor_first_tile_ + cursor_tiles_) {
+      if (cursor_.batch + 1 >= params.batch) return tile;
+      cursor_first_tile_ += cursor_tiles_;
+      place_cursor(params, cursor_.batch + 1);
+    }
     const int heads = sm90_tile_heads<Config>(params);
-    const int blocks = tiles / heads;
+    const int blocks = cursor_tiles_ / heads;
     const int in_sequence = index - cursor_first_tile_;
     const int heads_per_section = per_section < heads ? per_section : heads;
     const int section = in_sequence / (heads_per_section * blocks);
@@ -145,8 +154,11 @@ struct Sm90TileOrder {
     const int rest = in_sequence - first_head * blocks;
     tile.head = first_head + rest % pairs;
     tile.m_block = blocks - 1 - rest / pairs;
-    tile.batch = cursor_batch_;
-    sm90_resolve_sequence<Layout>(params, tile);
+    tile.batch = cursor_.batch;
+    tile.seqlen_q = cursor_.seqlen_q;
+    tile.seqlen_k = cursor_.seqlen_k;
+    tile.q_start = cursor_.q_start;
+    tile.k_start = cursor_.k_start;
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
         tile.m_block, sm90_tile_query_rows<Layout>(params, tile, group_shift));
     tile.kv_split = kv_split;
@@ -210,6 +222,7 @@ __device__ __forceinline__ Sm90Tile sm90_receive_tile(const volatile Sm90Tile* s
   } else {  // unread (sm90_tile_seqlen_q), set for completeness
     tile.seqlen_q = tile.seqlen_k = tile.q_start = 0;
   }
+  tile.k_start = 0;  // the producer's alone
   return tile;
 }
 

@@ -43,8 +43,9 @@ struct Sm90DenseLayout {
   FC_HOST_DEVICE static int max_seqlen_q(const AttentionParams& params) { return params.seqlen_q; }
   FC_HOST_DEVICE static int max_seqlen_k(const AttentionParams& params) { return params.seqlen_k; }
 
-  // The first row of batch entry `batch` in a packed q: none here.
+  // The first row of batch entry `batch` in a packed q, and in packed K/V: none here.
   FC_HOST_DEVICE static int q_start(const AttentionParams& /*params*/, int /*batch*/) { return 0; }
+  FC_HOST_DEVICE static int k_start(const AttentionParams& /*params*/, int /*batch*/) { return 0; }
 
   // Query row (or packed position) `row` of head `head` of batch entry `batch`, whose sequence
   // starts at packed row `q_start` (q_start above), in Q's and O's map.
@@ -54,12 +55,13 @@ struct Sm90DenseLayout {
   }
   // Threads of the producer warp that issue K/V loads: one (the block is one box).
   static constexpr int kProducerLanes = 1;
-  // The TMA boxes of a KV block of kBlockN keys from `first_key` that producer lane `lane` issues:
+  // The TMA boxes of a KV block of kBlockN keys from `first_key` of batch entry `batch` (whose
+  // keys start at packed row `k_start`: k_start above) that producer lane `lane` issues:
   // fn(row in the block, its map coordinates). Dense: one box of the whole block, lane 0's.
   template <int kBlockN, class Fn>
   __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& /*params*/,
-                                                         int batch, int kv_head, int first_key,
-                                                         int /*lane*/, Fn&& fn) {
+                                                         int batch, int /*k_start*/, int kv_head,
+                                                         int first_key, int /*lane*/, Fn&& fn) {
     fn(0, TmaRowCoord{first_key, kv_head, batch});
   }
   // Rows of a K/V box (the maps' box) and whether rows past a sequence's keys inside a loaded
@@ -142,6 +144,11 @@ struct Sm90ServingLayoutOf {
     return AttentionParams::packed_start(params.cu_seqlens_q, params.total_q, batch);
   }
 
+  FC_HOST_DEVICE static int k_start(const AttentionParams& params, int batch) {
+    if (params.cu_seqlens_k == nullptr) return 0;
+    return AttentionParams::packed_start(params.cu_seqlens_k, params.total_k, batch);
+  }
+
   FC_HOST_DEVICE static TmaRowCoord q_row(const AttentionParams& params, int batch, int q_start,
                                           int head, int row) {
     if (params.cu_seqlens_q == nullptr) return {row, head, batch};
@@ -153,8 +160,8 @@ struct Sm90ServingLayoutOf {
   static constexpr int kProducerLanes = 32;
   template <int kBlockN, class Fn>
   __device__ __forceinline__ static void for_each_kv_box(const AttentionParams& params, int batch,
-                                                         int kv_head, int first_key, int lane,
-                                                         Fn&& fn) {
+                                                         int k_start, int kv_head, int first_key,
+                                                         int lane, Fn&& fn) {
     if (params.page_table != nullptr) {
       const int box_rows = kv_box_rows<kBlockN>(params);
       for (int row = lane * box_rows; row < kBlockN; row += kProducerLanes * box_rows) {
@@ -169,9 +176,7 @@ struct Sm90ServingLayoutOf {
     } else if (lane != 0) {
       return;  // one box, lane 0's
     } else if (params.cu_seqlens_k != nullptr) {
-      fn(0, TmaRowCoord{AttentionParams::packed_start(params.cu_seqlens_k, params.total_k, batch) +
-                            first_key,
-                        kv_head, 0});
+      fn(0, TmaRowCoord{k_start + first_key, kv_head, 0});
     } else {
       fn(0, TmaRowCoord{first_key, kv_head, batch});
     }

@@ -50,9 +50,10 @@ enum class Sm90OStaging : int {
                    // after the last S = Q K^T
 };
 
-// The persistent schedulers' tile slot behind the mbarriers: the decoded Sm90Tile (five ints,
-// scheduler.cuh checks the size) that the producer hands the consumers with each Q.
-constexpr int kSm90TileSlotBytes = 32;
+// The persistent schedulers' tile slot behind the mbarriers: the decoded Sm90Tile (nine ints,
+// pipeline.cuh checks the size; 16-byte multiples) that the producer hands the consumers with
+// each Q.
+constexpr int kSm90TileSlotBytes = 48;
 
 // Shared memory a CTA may take on sm90: 227 KB of the SM's 228
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin).
