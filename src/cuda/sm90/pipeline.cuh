@@ -23,8 +23,9 @@ struct Sm90Tile {
   // The tile's sequence (sm90_resolve_sequence): its query and key lengths, and its first row in
   // a packed q and in packed K/V (0 otherwise). The serving layouts read them from the call's
   // index arrays, a round trip to the L2 each; resolved once a sequence by the tile order and
-  // handed over in the tile slot (but k_start, the producer's), they cost no thread anything at
-  // a tile's start or a block's load (docs/kernels.md, runs 203-204).
+  // handed to the consumers in the tile slot (all but k_start, which only the producer reads),
+  // they cost no thread anything at a tile's start or a block's load (docs/kernels.md, runs
+  // 203-204).
   int seqlen_q;
   int seqlen_k;
   int q_start;
