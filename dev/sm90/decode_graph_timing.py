@@ -88,6 +88,17 @@ def time_graph(graph, replays=REPLAYS):
     return start.elapsed_time(end) * 1e3 / (replays * CALLS_PER_GRAPH)  # us per call
 
 
+def time_calls(calls, rounds, replays=REPLAYS):
+    """Each call of {name: call} captured as a graph and replayed in balanced rounds: the
+    samples ({name: [us per call]}) and their medians."""
+    graphs = {name: capture(call) for name, call in calls.items()}
+    times = {name: [] for name in graphs}
+    for order in balanced_rounds(list(graphs), rounds):
+        for name in order:
+            times[name].append(time_graph(graphs[name], replays))
+    return times, {name: statistics.median(t) for name, t in times.items()}
+
+
 def write_run(path, records, replays=REPLAYS, rounds=ROUNDS):
     """The run's records with the device and the timing's settings, as JSON (what
     summarize_graph_timing.py reads)."""

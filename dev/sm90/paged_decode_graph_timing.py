@@ -12,17 +12,13 @@ Shapes: seqlen_q 1, GQA 32 / 8 heads, d128, bf16, at batch 64 x 4096 keys, 16 x 
 figure is the median over rounds. Each layout's output is checked against the dense call's.
 """
 import argparse
-import os
-import statistics
 import sys
 
 import torch
 
 import flashcore.torch as fct
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from compare_runner import balanced_rounds  # noqa: E402
-from decode_graph_timing import capture, time_graph, write_run  # noqa: E402
+from decode_graph_timing import time_calls, write_run
 
 REPLAYS = 5  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
@@ -79,25 +75,19 @@ def main():
                   for name, call in calls.items()}
         largest = reference.abs().max().item()
         failed |= any(error > MAX_DIFF_OF_LARGEST * largest for error in errors.values())
-        graphs = {name: capture(call) for name, call in calls.items()}
-        times = {name: [] for name in graphs}
-        for order in balanced_rounds(list(graphs), ROUNDS):
-            for name in order:
-                times[name].append(time_graph(graphs[name], REPLAYS))
-        median = {name: statistics.median(t) for name, t in times.items()}
+        times, median = time_calls(calls, ROUNDS, REPLAYS)
         kv_bytes = 2 * batch * keys * HEADS_KV * HEAD_DIM * k.element_size()
         records.append({"batch": batch, "seqlen_k": keys, "heads_q": HEADS_Q,
                         "heads_kv": HEADS_KV, "pattern": "b2b", "us_per_call": median,
                         "samples": times, "max_abs_diff_vs_dense": errors,
                         "kv_bytes": kv_bytes})
         cells = "  ".join(f"{name} {median[name]:7.2f} us {kv_bytes / median[name] / 1e6:5.2f} "
-                          f"TB/s" for name in graphs)
+                          f"TB/s" for name in calls)
         print(f"b{batch:<3} sk{keys:<6} {cells}", flush=True)
         print("  / contiguous: " + "  ".join(
-            f"{name} {median['contiguous'] / median[name]:.3f}" for name in graphs), flush=True)
+            f"{name} {median['contiguous'] / median[name]:.3f}" for name in calls), flush=True)
         print(f"  max |diff| vs dense (largest |out| {largest:.2e}): " + "  ".join(
             f"{name} {error:.1e}" for name, error in errors.items()), flush=True)
-        del graphs
     if args.json:
         write_run(args.json, records, REPLAYS, ROUNDS)
     return 1 if failed else 0

@@ -11,17 +11,13 @@ serving grid's ragged batch (varlen only). The dtypes' inputs hold the same valu
 output is checked against the dense call's.
 """
 import argparse
-import os
-import statistics
 import sys
 
 import torch
 
 import flashcore.torch as fct
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from compare_runner import balanced_rounds  # noqa: E402
-from decode_graph_timing import capture, time_graph, write_run  # noqa: E402
+from decode_graph_timing import time_calls, write_run
 
 REPLAYS = 3  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
@@ -84,18 +80,14 @@ def main():
                 out, ref = call().float(), calls[reference][0]().float()
                 errors[name] = (out.reshape(ref.shape) - ref).abs().max().item()
                 failed |= errors[name] > MAX_DIFF_OF_LARGEST * ref.abs().max().item()
-        graphs = {name: capture(call) for name, (call, _) in calls.items()}
-        times = {name: [] for name in graphs}
-        for order in balanced_rounds(list(graphs), ROUNDS):
-            for name in order:
-                times[name].append(time_graph(graphs[name], REPLAYS))
-        median = {name: statistics.median(t) for name, t in times.items()}
+        times, median = time_calls({name: call for name, (call, _) in calls.items()}, ROUNDS,
+                                   REPLAYS)
         flops = causal_flops(lengths)
         label = f"b{len(lengths)}x{lengths[0]}" if equal else "ragged"
         records.append({"shape": label, "lengths": list(lengths), "us_per_call": median,
                         "samples": times, "max_abs_diff_vs_dense": errors, "flops": flops})
         cells = "  ".join(f"{name} {median[name]:8.1f} us {flops / median[name] / 1e6:4.0f} "
-                          f"TFLOPS" for name in graphs)
+                          f"TFLOPS" for name in calls)
         print(f"{label:<10} {cells}", flush=True)
         ratios = [f"{dtype} varlen / dense speed "
                   f"{median[f'dense_{dtype}'] / median[f'varlen_{dtype}']:.3f}"
@@ -103,7 +95,6 @@ def main():
         ratios.append("fp16 / bf16 varlen speed "
                       f"{median['varlen_bf16'] / median['varlen_fp16']:.3f}")
         print("  " + "  ".join(ratios), flush=True)
-        del graphs
     if args.json:
         write_run(args.json, records, REPLAYS, ROUNDS)
     return 1 if failed else 0
