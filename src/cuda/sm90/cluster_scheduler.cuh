@@ -92,7 +92,7 @@ struct Sm90ClusterScheduler {
     tile.m_block = cluster_m_block * kClusterSize + sm90_cluster_rank<Config, Layout>();
     tile.head = pair % params.heads_q;
     tile.batch = pair / params.heads_q;
-    sm90_resolve_sequence<Layout>(params, tile);
+    tile.sequence = sm90_resolve_sequence<Layout>(params, tile.batch);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
         tile.m_block, sm90_tile_query_rows<Layout>(params, tile, 0));
     tile.kv_split = 0;

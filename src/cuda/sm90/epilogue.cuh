@@ -242,7 +242,7 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
         !bounded_store) {
       const TmaRowCoord at =
-          Layout::q_row(params, batch, tile.q_start, head,
+          Layout::q_row(params, batch, tile.sequence.q_start, head,
                         sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
       for (int block = 0; block < Config::kOutColumnBlocks; ++block) {

@@ -95,9 +95,9 @@ __device__ __forceinline__ void sm90_gather_kv_block(uint8_t* dst, uint64_t* ful
   // A group's copies, unrolled (fully up to d128) where the gather has registers to spare (the
   // decode kernel's producer warps).
   constexpr int kCopiesPerGroup = kSm90GatherLanes / kRowsPerCopy;
-  constexpr int kUnroll = kWarps == 1                          ? kSm90OneWarpGatherUnroll
-                          : kCopiesPerGroup < kSm90GatherMaxUnroll ? kCopiesPerGroup
-                                                                   : kSm90GatherMaxUnroll;
+  constexpr int kSeveralWarpsUnroll =
+      kCopiesPerGroup < kSm90GatherMaxUnroll ? kCopiesPerGroup : kSm90GatherMaxUnroll;
+  constexpr int kUnroll = kWarps == 1 ? kSm90OneWarpGatherUnroll : kSeveralWarpsUnroll;
   static_assert(Config::kBlockN % kRowsPerCopy == 0, "a copy's rows are all in the block or none");
   // The 128-byte swizzle repeats every kChunksPerSwizzleRow rows (a 1024-byte atom).
   static_assert(kChunksPerSwizzleRow % kRowsPerCopy == 0, "a copy's rows share a swizzle atom");

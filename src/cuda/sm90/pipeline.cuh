@@ -13,6 +13,19 @@
 
 namespace flashcore::detail {
 
+// A batch entry's sequence: its query and key lengths, and its first row in a packed q and in
+// packed K/V (0 otherwise). The serving layouts read them from the call's index arrays, a round
+// trip to the L2 each; the tile order resolves them once a sequence (sm90_resolve_sequence) and
+// the tile slot hands them to the consumers (all but k_start, which only the producer reads), so
+// they cost no thread anything at a tile's start or a block's load (docs/kernels.md, runs
+// 203-204).
+struct Sm90Sequence {
+  int seqlen_q;
+  int seqlen_k;
+  int q_start;
+  int k_start;
+};
+
 // One output tile: what a scheduler hands out and the consumers compute.
 struct Sm90Tile {
   int m_block;    // which BLOCK_M rows of the query sequence (< 0: no further tile)
@@ -20,27 +33,15 @@ struct Sm90Tile {
   int batch;
   int row_begin;  // its first query row (sm90_block_row_begin): below 0 for a causal partial block
   int kv_split;   // packed tiles: which split of the KV blocks (Sm90KvSplit); else 0
-  // The tile's sequence (sm90_resolve_sequence): its query and key lengths, and its first row in
-  // a packed q and in packed K/V (0 otherwise). The serving layouts read them from the call's
-  // index arrays, a round trip to the L2 each; resolved once a sequence by the tile order and
-  // handed to the consumers in the tile slot (all but k_start, which only the producer reads),
-  // they cost no thread anything at a tile's start or a block's load (docs/kernels.md, runs
-  // 203-204).
-  int seqlen_q;
-  int seqlen_k;
-  int q_start;
-  int k_start;
+  Sm90Sequence sequence;  // its batch entry's
 };
 static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the smem tile slot");
 
-// Fills the tile's sequence fields for its batch entry.
 template <class Layout>
-__device__ __forceinline__ void sm90_resolve_sequence(const AttentionParams& params,
-                                                      Sm90Tile& tile) {
-  tile.seqlen_q = Layout::seqlen_q(params, tile.batch);
-  tile.seqlen_k = Layout::seqlen_k(params, tile.batch);
-  tile.q_start = Layout::q_start(params, tile.batch);
-  tile.k_start = Layout::k_start(params, tile.batch);
+__device__ __forceinline__ Sm90Sequence sm90_resolve_sequence(const AttentionParams& params,
+                                                              int batch) {
+  return {Layout::seqlen_q(params, batch), Layout::seqlen_k(params, batch),
+          Layout::q_start(params, batch), Layout::k_start(params, batch)};
 }
 
 // The tile's sequence lengths: the call's where every sequence has them (Layout::kUniformLengths:
@@ -48,12 +49,12 @@ __device__ __forceinline__ void sm90_resolve_sequence(const AttentionParams& par
 template <class Layout>
 __device__ __forceinline__ int sm90_tile_seqlen_q(const AttentionParams& params,
                                                   const Sm90Tile& tile) {
-  return Layout::kUniformLengths ? params.seqlen_q : tile.seqlen_q;
+  return Layout::kUniformLengths ? params.seqlen_q : tile.sequence.seqlen_q;
 }
 template <class Layout>
 __device__ __forceinline__ int sm90_tile_seqlen_k(const AttentionParams& params,
                                                   const Sm90Tile& tile) {
-  return Layout::kUniformLengths ? params.seqlen_k : tile.seqlen_k;
+  return Layout::kUniformLengths ? params.seqlen_k : tile.sequence.seqlen_k;
 }
 
 // The mask of the tile's sequence (bottom-right causal per sequence).
@@ -137,12 +138,7 @@ __device__ __forceinline__ void sm90_for_each_thread_row(const Sm90Tile& tile, i
   }
 }
 
-// Rows of a (batch, head or KV group)'s query block sequence: the tile order's, from the
-// layout; everything after it, from the tile.
-template <class Layout>
-FC_HOST_DEVICE int sm90_query_rows(const AttentionParams& params, int batch, int group_shift) {
-  return Layout::seqlen_q(params, batch) << group_shift;
-}
+// Rows of the tile's query block sequence (a head's, or packed, a KV group's).
 template <class Layout>
 __device__ __forceinline__ int sm90_tile_query_rows(const AttentionParams& params,
                                                     const Sm90Tile& tile, int group_shift) {

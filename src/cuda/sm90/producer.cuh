@@ -43,7 +43,7 @@ __device__ __forceinline__ void sm90_load_q_slab(uint8_t* dst, const CUtensorMap
                                                  const Sm90Tile& tile, int slab_row_begin,
                                                  int group_shift) {
   constexpr int kBoxBytesQ = Config::kRowsPerConsumer * kSwizzleBytes;
-  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.q_start, tile.head,
+  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.sequence.q_start, tile.head,
                                       sm90_row_position(slab_row_begin, group_shift));
 #pragma unroll
   for (int block = 0; block < Config::kColumnBlocks; ++block) {
@@ -68,7 +68,7 @@ __device__ __forceinline__ void sm90_load_kv_block(uint8_t* dst, const CUtensorM
                                                    int lane) {
   constexpr int kBoxBytesKV = Config::kBlockN * kSwizzleBytes;
   Layout::template for_each_kv_box<Config::kBlockN>(
-      params, tile.batch, tile.k_start, kv_head, n_block * Config::kBlockN, lane,
+      params, tile.batch, tile.sequence.k_start, kv_head, n_block * Config::kBlockN, lane,
       [&](int box_row, const TmaRowCoord& at) {
 #pragma unroll
         for (int block = 0; block < Config::kColumnBlocks; ++block) {

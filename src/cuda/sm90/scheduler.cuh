@@ -67,9 +67,7 @@ struct Sm90TileOrder {
       : group_shift(sm90_group_shift<Config>(params)),
         m_blocks(sm90_m_blocks<Config, Layout>(params)),
         heads_times_batch(sm90_tile_heads<Config>(params) * params.batch),
-        per_section(sm90_heads_per_section<Config, Layout>(params)) {
-    cursor_.batch = -1;
-  }
+        per_section(sm90_heads_per_section<Config, Layout>(params)) {}
 
   // Tile `index` of the launch. Packed launches with split-KV run every tile once per split:
   // the split is the slowest coordinate. An index past a packed batch's blocks gives m_block -1
@@ -106,7 +104,7 @@ struct Sm90TileOrder {
     }
     tile.head = pair % sm90_tile_heads<Config>(params);
     tile.batch = pair / sm90_tile_heads<Config>(params);
-    sm90_resolve_sequence<Layout>(params, tile);
+    tile.sequence = sm90_resolve_sequence<Layout>(params, tile.batch);
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
         tile.m_block, sm90_tile_query_rows<Layout>(params, tile, group_shift));
     tile.kv_split = kv_split;
@@ -117,32 +115,32 @@ struct Sm90TileOrder {
   // Packed q: the sequences one after another, each cut into L2 sections of heads as a dense
   // batch entry is, m-block slowest within a section (longest first under a causal mask). The
   // sequence of a tile is found by walking the sequences' block counts from the last one found,
-  // whose resolved sequence (Sm90Tile's fields) the cursor keeps: a CTA's indices only grow, so
-  // the walk is short after its first tile, and tiles of the sequence before read nothing.
-  mutable Sm90Tile cursor_;            // batch -1: not placed yet
-  mutable int cursor_first_tile_ = 0;  // the index of cursor_.batch's first tile
+  // whose resolved Sm90Sequence the cursor keeps: a CTA's indices only grow, so the walk is
+  // short after its first tile, and tiles of the sequence before read nothing.
+  mutable int cursor_batch_ = -1;  // -1: not placed yet
+  mutable Sm90Sequence cursor_sequence_;
+  mutable int cursor_first_tile_ = 0;  // the index of cursor_batch_'s first tile
   mutable int cursor_tiles_ = 0;       // its tiles
 
   __device__ __forceinline__ void place_cursor(const AttentionParams& params, int batch) const {
-    cursor_.batch = batch;
-    sm90_resolve_sequence<Layout>(params, cursor_);
-    cursor_tiles_ =
-        sm90_m_blocks_of_rows<Config>(sm90_tile_query_rows<Layout>(params, cursor_, group_shift)) *
-        sm90_tile_heads<Config>(params);
+    cursor_batch_ = batch;
+    cursor_sequence_ = sm90_resolve_sequence<Layout>(params, batch);
+    cursor_tiles_ = sm90_m_blocks_of_rows<Config>(cursor_sequence_.seqlen_q << group_shift) *
+                    sm90_tile_heads<Config>(params);
   }
 
   __device__ __forceinline__ Sm90Tile packed_tile(const AttentionParams& params, int index,
                                                   int kv_split) const {
     Sm90Tile tile;
     tile.m_block = -1;
-    if (cursor_.batch < 0 || index < cursor_first_tile_) {
+    if (cursor_batch_ < 0 || index < cursor_first_tile_) {
       cursor_first_tile_ = 0;
       place_cursor(params, 0);
     }
     while (index >= cursor_first_tile_ + cursor_tiles_) {
-      if (cursor_.batch + 1 >= params.batch) return tile;
+      if (cursor_batch_ + 1 >= params.batch) return tile;
       cursor_first_tile_ += cursor_tiles_;
-      place_cursor(params, cursor_.batch + 1);
+      place_cursor(params, cursor_batch_ + 1);
     }
     const int heads = sm90_tile_heads<Config>(params);
     const int blocks = cursor_tiles_ / heads;
@@ -154,11 +152,8 @@ struct Sm90TileOrder {
     const int rest = in_sequence - first_head * blocks;
     tile.head = first_head + rest % pairs;
     tile.m_block = blocks - 1 - rest / pairs;
-    tile.batch = cursor_.batch;
-    tile.seqlen_q = cursor_.seqlen_q;
-    tile.seqlen_k = cursor_.seqlen_k;
-    tile.q_start = cursor_.q_start;
-    tile.k_start = cursor_.k_start;
+    tile.batch = cursor_batch_;
+    tile.sequence = cursor_sequence_;
     tile.row_begin = sm90_block_row_begin<Config, kCausal>(
         tile.m_block, sm90_tile_query_rows<Layout>(params, tile, group_shift));
     tile.kv_split = kv_split;
@@ -200,9 +195,9 @@ __device__ __forceinline__ void sm90_publish_tile(Sm90Tile* slot, const Sm90Tile
   slot->row_begin = tile.row_begin;
   if constexpr (Config::kPacksGroups) slot->kv_split = tile.kv_split;
   if constexpr (!Layout::kUniformLengths) {
-    slot->seqlen_q = tile.seqlen_q;
-    slot->seqlen_k = tile.seqlen_k;
-    slot->q_start = tile.q_start;
+    slot->sequence.seqlen_q = tile.sequence.seqlen_q;
+    slot->sequence.seqlen_k = tile.sequence.seqlen_k;
+    slot->sequence.q_start = tile.sequence.q_start;
   }
 }
 
@@ -216,13 +211,10 @@ __device__ __forceinline__ Sm90Tile sm90_receive_tile(const volatile Sm90Tile* s
   tile.row_begin = slot->row_begin;
   tile.kv_split = Config::kPacksGroups ? slot->kv_split : 0;
   if constexpr (!Layout::kUniformLengths) {
-    tile.seqlen_q = slot->seqlen_q;
-    tile.seqlen_k = slot->seqlen_k;
-    tile.q_start = slot->q_start;
-  } else {  // unread (sm90_tile_seqlen_q), set for completeness
-    tile.seqlen_q = tile.seqlen_k = tile.q_start = 0;
+    tile.sequence.seqlen_q = slot->sequence.seqlen_q;
+    tile.sequence.seqlen_k = slot->sequence.seqlen_k;
+    tile.sequence.q_start = slot->sequence.q_start;
   }
-  tile.k_start = 0;  // the producer's alone
   return tile;
 }
 
