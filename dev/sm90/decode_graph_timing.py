@@ -88,10 +88,9 @@ def time_graph(graph, replays=REPLAYS):
     return start.elapsed_time(end) * 1e3 / (replays * CALLS_PER_GRAPH)  # us per call
 
 
-def time_calls(calls, rounds, replays=REPLAYS):
-    """Each call of {name: call} captured as a graph and replayed in balanced rounds: the
-    samples ({name: [us per call]}) and their medians."""
-    graphs = {name: capture(call) for name, call in calls.items()}
+def time_graphs(graphs, rounds, replays=REPLAYS):
+    """Each graph of {name: graph} replayed in balanced rounds: the samples ({name: [us per
+    call]}) and their medians."""
     times = {name: [] for name in graphs}
     for order in balanced_rounds(list(graphs), rounds):
         for name in order:
@@ -123,21 +122,17 @@ def main():
         ref = calls["cudnn"]().transpose(1, 2).float()
         touch_q = lambda: q.mul_(1.0)  # noqa: E731  (writes q: the call depends on it)
         for pattern, before in (("b2b", None), ("dep", touch_q)):
-            graphs, errors, times = {}, {}, {}
+            graphs, errors = {}, {}
             for name, call in calls.items():
                 try:
                     out = call()
                     out = out if name == "flashcore" else out.transpose(1, 2)
                     errors[name] = (out.float() - ref).abs().max().item()
                     graphs[name] = capture(call, before)
-                    times[name] = []
                 except RuntimeError as error:  # an implementation that cannot run or be captured
                     print(f"b{batch} sk{seqlen_k} hq{heads_q} hkv{heads_kv} {name}: {error}")
             names = list(graphs)
-            for order in balanced_rounds(names, ROUNDS):
-                for name in order:
-                    times[name].append(time_graph(graphs[name]))
-            median = {name: statistics.median(t) for name, t in times.items()}
+            times, median = time_graphs(graphs, ROUNDS)
             records.append({"batch": batch, "seqlen_k": seqlen_k, "heads_q": heads_q,
                             "heads_kv": heads_kv, "pattern": pattern, "us_per_call": median,
                             "samples": times, "max_abs_err_vs_cudnn": errors})

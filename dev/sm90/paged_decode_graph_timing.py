@@ -18,7 +18,7 @@ import torch
 
 import flashcore.torch as fct
 
-from decode_graph_timing import time_calls, write_run
+from decode_graph_timing import capture, time_graphs, write_run
 
 REPLAYS = 5  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
@@ -75,7 +75,8 @@ def main():
                   for name, call in calls.items()}
         largest = reference.abs().max().item()
         failed |= any(error > MAX_DIFF_OF_LARGEST * largest for error in errors.values())
-        times, median = time_calls(calls, ROUNDS, REPLAYS)
+        graphs = {name: capture(call) for name, call in calls.items()}
+        times, median = time_graphs(graphs, ROUNDS, REPLAYS)
         kv_bytes = 2 * batch * keys * HEADS_KV * HEAD_DIM * k.element_size()
         records.append({"batch": batch, "seqlen_k": keys, "heads_q": HEADS_Q,
                         "heads_kv": HEADS_KV, "pattern": "b2b", "us_per_call": median,

@@ -17,7 +17,7 @@ import torch
 
 import flashcore.torch as fct
 
-from decode_graph_timing import time_calls, write_run
+from decode_graph_timing import capture, time_graphs, write_run
 
 REPLAYS = 3  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
@@ -80,8 +80,8 @@ def main():
                 out, ref = call().float(), calls[reference][0]().float()
                 errors[name] = (out.reshape(ref.shape) - ref).abs().max().item()
                 failed |= errors[name] > MAX_DIFF_OF_LARGEST * ref.abs().max().item()
-        times, median = time_calls({name: call for name, (call, _) in calls.items()}, ROUNDS,
-                                   REPLAYS)
+        graphs = {name: capture(call) for name, (call, _) in calls.items()}
+        times, median = time_graphs(graphs, ROUNDS, REPLAYS)
         flops = causal_flops(lengths)
         label = f"b{len(lengths)}x{lengths[0]}" if equal else "ragged"
         records.append({"shape": label, "lengths": list(lengths), "us_per_call": median,
