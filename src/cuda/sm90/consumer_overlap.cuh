@@ -169,15 +169,6 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
   if constexpr (kComputes) first_masked = sm90_warp_first_masked(rows, kv_tiles);
-  // The first block this consumer multiplies by V is the only one that can end past the keys.
-  // (FP8: the transposer zeroes those rows before it writes V^T, v_transpose.cuh.)
-  const auto zero_first_v_tail = [&](int stage, int first_n_block) {
-    if constexpr (kComputes && !Config::kTransposesV) {
-      sm90_zero_v_past_keys<Config, Layout>(
-          smem.v_tile(stage), params, tile, first_n_block, thread_in_warpgroup,
-          sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
-    }
-  };
   // The caller's slab_row_begin where it decided that this consumer has no row (what it proved
   // about the slab then folds the epilogue's row checks).
   const int epilogue_row_begin = kComputes ? rows.slab_row_begin : slab_row_begin;
@@ -211,6 +202,19 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       accumulator_to_a_fragments<kDType>(s, p);
     }
     sm90_trace(Sm90Event::kSoftmaxDone);
+    // The first block this consumer multiplies by V is the only one that can end past the keys.
+    // Its rows past them are zeroed here, once it lands, rather than in the step that takes its
+    // P V: a branch there would split every step's basic block, and the steps run as one block
+    // in the dense kernels. (FP8: the transposer zeroes those rows before it writes V^T,
+    // v_transpose.cuh.)
+    if constexpr (kComputes && !Config::kTransposesV) {
+      if (sm90_v_rows_past_keys<Config, Layout>(params, tile, n_block)) {
+        mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
+        sm90_zero_v_past_keys<Config, Layout>(
+            smem.v_tile(ring.stage), params, tile, n_block, thread_in_warpgroup,
+            sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
+      }
+    }
 
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
@@ -223,7 +227,6 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
       sm90_kv_block_landed<Config, Layout>(params);
       sm90_trace(Sm90Event::kVReady);
-      if (step == 1) zero_first_v_tail(previous.stage, n_block + 1);
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
       if constexpr (kComputes) {
@@ -281,7 +284,6 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
     sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kVReady);
-    if (num_tiles == 1) zero_first_v_tail(ring.stage, n_block);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
     if constexpr (kComputes) {
