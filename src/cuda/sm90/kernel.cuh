@@ -126,13 +126,14 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
     if (thread_in_warpgroup < kLanes) {
       const int lane = thread_in_warpgroup;
       const bool lead = kLanes == 1 || lane == 0;
-      const auto next_index = [&](int index) {
+      // A claim is taken by the lead lane and shared with the others where its value is needed:
+      // a claiming scheduler's next index is an atomic's round trip to the L2 away.
+      const auto claim = [&](int index) { return lead ? scheduler.next_index(index) : 0; };
+      const auto share = [&](int claimed) {
         if constexpr (kLanes == 1) {
-          return scheduler.next_index(index);
+          return claimed;
         } else {
-          int next = 0;
-          if (lead) next = scheduler.next_index(index);
-          return __shfl_sync(0xffffffff, next, 0);
+          return __shfl_sync(0xffffffff, claimed, 0);
         }
       };
       const Sm90TensorMaps maps{&map_q, &map_k, &map_v, &map_o};
@@ -146,18 +147,24 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
         const Sm90Tile tile = scheduler.tile(params, index);
         if (tile.m_block < 0) {  // an index past a packed batch's blocks (Sm90TileOrder)
           if (!Scheduler::kPersistent) break;
-          index = next_index(index);
+          index = share(claim(index));
           continue;
         }
+        // A claiming scheduler's next tile is claimed while this one loads (sm90_produce says
+        // when); a fixed stride's is worked out after the loads.
+        int claimed = 0;
+        const auto claim_next = [&] {
+          if constexpr (Scheduler::kClaimsTiles) claimed = claim(index);
+        };
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<Mainloop::kCausal> mask =
             sm90_tile_mask<Mainloop::kCausal, Layout>(params, tile);
         const KvTileRange kv_tiles =
             Mainloop::kv_tiles(mask, tile, scheduler.group_shift(), kv_split);
         Mainloop::load(smem, maps, params, scheduler, tile, kv_tiles, scheduler.group_shift(),
-                       state, lane);
+                       state, lane, claim_next);
         if (!Scheduler::kPersistent) break;
-        index = next_index(index);
+        index = share(Scheduler::kClaimsTiles ? claimed : claim(index));
       }
       if (lead) scheduler.producer_done(smem, state.q_phase);
       if (lead) sm90_cluster_producer_tail<Config, Layout>(smem, state.ring);

@@ -155,6 +155,14 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   ring.advance();
 }
 
+// K loads of a tile left to issue when the producer claims the next tile (a claiming
+// scheduler's atomic, an L2 round trip away). Late enough that a CTA claims about when it is
+// about to be free (causal launches hand their tiles out longest first, to the CTAs free first);
+// early enough that the round trip runs under the tile's last loads, not on the way to the next
+// tile's Q (docs/kernels.md, runs 209-210).
+constexpr int kSm90ClaimAheadLoads = 1;
+static_assert(kSm90ClaimAheadLoads >= 1, "the claim precedes one of the tile's K loads");
+
 // All loads of one output tile, in the order the overlapped consumers need them:
 // K_0, Q, then K_{j+1} before V_j. With a persistent scheduler the Q slabs may still hold the
 // previous tile: K_0 is loaded before waiting for q_empty, so it lands under the previous tile's
@@ -163,14 +171,16 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
 // staged its O in the stage that this tile's V_c loads into (Sm90VStaging), so V_c waits until
 // that store has read it (o_free[c], completed once per tile like q_empty). With fewer V loads
 // than consumers the remaining o_free are waited for before Q, so no consumer of this tile stages
-// its O over a store still reading.
-template <class Config, class Layout, class Scheduler>
+// its O over a store still reading. claim_next() claims the scheduler's next tile, once, before
+// the tile's last kSm90ClaimAheadLoads K loads (at once where it has no more).
+template <class Config, class Layout, class Scheduler, class ClaimNext>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
                                              const AttentionParams& params,
                                              const Scheduler& scheduler, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int group_shift,
-                                             Sm90TileLoopState<Config::kStages>& state, int lane) {
+                                             Sm90TileLoopState<Config::kStages>& state, int lane,
+                                             ClaimNext&& claim_next) {
   constexpr bool persistent = Scheduler::kPersistent;
   const int kv_head = Config::kPacksGroups ? tile.head : params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
@@ -184,6 +194,8 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
     sm90_load_kv_tile<Config, Layout>(smem, maps.v, params, true, tile, kv_head, kv_tiles, step,
                                       v_ring, lane);
   };
+  const int claim_step = count > kSm90ClaimAheadLoads ? count - kSm90ClaimAheadLoads : 0;
+  if (claim_step == 0) claim_next();
   if (count > 0) {
     sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, 0,
                                       k_ring, lane);
@@ -200,6 +212,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   }
   if (sm90_lead_lane<Layout>(lane)) sm90_load_q<Config, Layout>(smem, maps, params, tile, group_shift);
   for (int step = 1; step < count; ++step) {
+    if (step == claim_step) claim_next();
     sm90_load_kv_tile<Config, Layout>(smem, maps.k, params, false, tile, kv_head, kv_tiles, step,
                                       k_ring, lane);
     load_v(step - 1);
