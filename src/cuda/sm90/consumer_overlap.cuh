@@ -208,11 +208,11 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     // in the dense kernels. (FP8: the transposer zeroes those rows before it writes V^T,
     // v_transpose.cuh.)
     if constexpr (kComputes && !Config::kTransposesV) {
-      if (sm90_v_rows_past_keys<Config, Layout>(params, tile, n_block)) {
+      const int keys = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
+      if (Layout::kv_tail_may_hold_garbage(params) && keys < Config::kBlockN) {
         mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
-        sm90_zero_v_past_keys<Config, Layout>(
-            smem.v_tile(ring.stage), params, tile, n_block, thread_in_warpgroup,
-            sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
+        sm90_zero_v_rows<Config>(smem.v_tile(ring.stage), keys, thread_in_warpgroup,
+                                 sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
       }
     }
 

@@ -51,27 +51,19 @@ __device__ __forceinline__ int sm90_keys_in_block(const AttentionParams& params,
   return keys < Config::kBlockN ? keys : Config::kBlockN;
 }
 
-// Whether V block `n_block` holds rows that are no key of the tile's sequence and may hold
-// anything there: never for layouts that fill such rows with zeros (folded at compile time), and
-// only in the block of the sequence's last key otherwise.
-template <class Config, class Layout>
-__device__ __forceinline__ bool sm90_v_rows_past_keys(const AttentionParams& params,
-                                                      const Sm90Tile& tile, int n_block) {
-  return Layout::kv_tail_may_hold_garbage(params) &&
-         sm90_keys_in_block<Config, Layout>(params, tile, n_block) < Config::kBlockN;
-}
-
 // Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of the tile's sequence,
-// where sm90_v_rows_past_keys says there are such rows.
+// where the layout says such rows may hold anything; nothing for layouts that never do (compiled
+// out) and for blocks wholly inside the sequence (only the block of its last key has such rows).
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_zero_v_past_keys(uint8_t* v_block,
                                                       const AttentionParams& params,
                                                       const Sm90Tile& tile, int n_block,
                                                       int thread_in_warpgroup,
                                                       uint32_t barrier_id) {
-  if (!sm90_v_rows_past_keys<Config, Layout>(params, tile, n_block)) return;
-  sm90_zero_v_rows<Config>(v_block, sm90_keys_in_block<Config, Layout>(params, tile, n_block),
-                           thread_in_warpgroup, barrier_id);
+  if (!Layout::kv_tail_may_hold_garbage(params)) return;
+  const int keys_in_block = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
+  if (keys_in_block == Config::kBlockN) return;
+  sm90_zero_v_rows<Config>(v_block, keys_in_block, thread_in_warpgroup, barrier_id);
 }
 
 }  // namespace flashcore::detail
