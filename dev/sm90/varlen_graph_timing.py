@@ -17,22 +17,22 @@ import torch
 
 import flashcore.torch as fct
 
+# decode_graph_timing puts bench/ on sys.path, where compare_serving_grid lives.
 from decode_graph_timing import capture, time_graphs, write_run
+from compare_serving_grid import (HEAD_DIM, HEADS_KV, HEADS_Q, VARLEN, VARLEN_LENGTHS,
+                                  ServingConfig)
 
 REPLAYS = 3  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
-HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 SHAPES = [(8, 2048), (2, 8192)]  # equal-length batches (batch, seqlen)
-RAGGED = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)  # the serving grid's
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Same sums in another tile order: a few roundings of the output's largest values.
 MAX_DIFF_OF_LARGEST = 2e-2
 
 
 def causal_flops(lengths):
-    """Multiply-adds of QK^T and PV over the visible (query, key) pairs, as TFLOPS count them."""
-    pairs = sum(n * (n + 1) // 2 for n in lengths)
-    return 4 * pairs * HEADS_Q * HEAD_DIM
+    """The serving grid's FLOP count of a causal prefill of these sequences."""
+    return ServingConfig("varlen", VARLEN, tuple(lengths), tuple(lengths)).flops()
 
 
 def varlen_call(q, k, v, lengths):
@@ -71,7 +71,7 @@ def main():
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     records, failed = [], False
-    shapes = [((seqlen,) * batch, True) for batch, seqlen in SHAPES] + [(RAGGED, False)]
+    shapes = [((seqlen,) * batch, True) for batch, seqlen in SHAPES] + [(VARLEN_LENGTHS, False)]
     for lengths, equal in shapes:
         calls = calls_of(lengths, equal, gen)
         errors = {}
