@@ -142,19 +142,39 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
         tma_prefetch_descriptor(&map_k);
         tma_prefetch_descriptor(&map_v);
       }
+      // A serving layout's next tile is decoded while this one's last V load waits for its
+      // stage, not on the way to the next tile's Q (sm90_produce says when): its decode walks
+      // the sequence table and may read it. A dense tile's decode is a few divisions and stays
+      // after the loads (decoded ahead, the d128 rows lost ~1%: docs/kernels.md, run 216).
+      // `decoded`: `next_tile` is the decode of `index` already.
+      constexpr bool kDecodesAhead = Scheduler::kPersistent && !Layout::kUniformLengths;
       int index = scheduler.first_index();
+      Sm90Tile next_tile;
+      bool decoded = false;
       while (index < num_tiles) {
-        const Sm90Tile tile = scheduler.tile(params, index);
+        const Sm90Tile tile = decoded ? next_tile : scheduler.tile(params, index);
+        decoded = false;
         if (tile.m_block < 0) {  // an index past a packed batch's blocks (Sm90TileOrder)
           if (!Scheduler::kPersistent) break;
           index = share(claim(index));
           continue;
         }
-        // A claiming scheduler's next tile is claimed while this one loads (sm90_produce says
-        // when); a fixed stride's is worked out after the loads.
+        // A claiming scheduler's next tile is claimed while this one loads; a fixed stride's is
+        // worked out with its decode.
         int claimed = 0;
+        int next_index = 0;
         const auto claim_next = [&] {
           if constexpr (Scheduler::kClaimsTiles) claimed = claim(index);
+        };
+        const auto next = [&] { return share(Scheduler::kClaimsTiles ? claimed : claim(index)); };
+        const auto decode_next = [&] {
+          if constexpr (kDecodesAhead) {
+            next_index = next();
+            if (next_index < num_tiles) {
+              next_tile = scheduler.tile(params, next_index);
+              decoded = true;
+            }
+          }
         };
         sm90_trace(Sm90Event::kClaimed);
         const MaskPolicy<Mainloop::kCausal> mask =
@@ -162,9 +182,9 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
         const KvTileRange kv_tiles =
             Mainloop::kv_tiles(mask, tile, scheduler.group_shift(), kv_split);
         Mainloop::load(smem, maps, params, scheduler, tile, kv_tiles, scheduler.group_shift(),
-                       state, lane, claim_next);
+                       state, lane, claim_next, decode_next);
         if (!Scheduler::kPersistent) break;
-        index = share(Scheduler::kClaimsTiles ? claimed : claim(index));
+        index = kDecodesAhead ? next_index : next();
       }
       if (lead) scheduler.producer_done(smem, state.q_phase);
       if (lead) sm90_cluster_producer_tail<Config, Layout>(smem, state.ring);

@@ -58,18 +58,19 @@ struct Sm90Mainloop {
     return (!kSkipsRowless || sm90_slab_has_rows<Config>(slab_row_begin, rows)) && sees_keys;
   }
 
-  // Producer: every load of one tile (by producer lane `lane`), and the claim of the next tile
-  // (claim_next) on the way (producer.cuh).
-  template <class Scheduler, class ClaimNext>
+  // Producer: every load of one tile (by producer lane `lane`), and the claim and decode of the
+  // next tile (claim_next, decode_next) on the way (producer.cuh).
+  template <class Scheduler, class ClaimNext, class DecodeNext>
   __device__ __forceinline__ static void load(const Sm90SmemLayout<Config>& smem,
                                               const Sm90TensorMaps& maps,
                                               const AttentionParams& params,
                                               const Scheduler& scheduler, const Sm90Tile& tile,
                                               const KvTileRange& kv_tiles, int group_shift,
                                               Sm90TileLoopState<Config::kStages>& state,
-                                              int lane, ClaimNext&& claim_next) {
+                                              int lane, ClaimNext&& claim_next,
+                                              DecodeNext&& decode_next) {
     sm90_produce<Config, Layout>(smem, maps, params, scheduler, tile, kv_tiles, group_shift,
-                                 state, lane, claim_next);
+                                 state, lane, claim_next, decode_next);
   }
 
   // Consumer: one tile, computed (kComputes) or only its protocol kept, then stored by Epilogue.

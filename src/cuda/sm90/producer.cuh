@@ -172,15 +172,18 @@ static_assert(kSm90ClaimAheadLoads >= 1, "the claim precedes one of the tile's K
 // that store has read it (o_free[c], completed once per tile like q_empty). With fewer V loads
 // than consumers the remaining o_free are waited for before Q, so no consumer of this tile stages
 // its O over a store still reading. claim_next() claims the scheduler's next tile, once, before
-// the tile's last kSm90ClaimAheadLoads K loads (at once where it has no more).
-template <class Config, class Layout, class Scheduler, class ClaimNext>
+// the tile's last kSm90ClaimAheadLoads K loads (at once where it has no more); decode_next()
+// decodes it, once, before the tile's last V load: that load waits for a stage the consumers are
+// still reading, so the decode runs in the wait and not between this tile's last load and the
+// next tile's Q, which the consumers wait for.
+template <class Config, class Layout, class Scheduler, class ClaimNext, class DecodeNext>
 __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                              const Sm90TensorMaps& maps,
                                              const AttentionParams& params,
                                              const Scheduler& scheduler, const Sm90Tile& tile,
                                              const KvTileRange& kv_tiles, int group_shift,
                                              Sm90TileLoopState<Config::kStages>& state, int lane,
-                                             ClaimNext&& claim_next) {
+                                             ClaimNext&& claim_next, DecodeNext&& decode_next) {
   constexpr bool persistent = Scheduler::kPersistent;
   const int kv_head = Config::kPacksGroups ? tile.head : params.kv_head_of(tile.head);
   const int count = kv_tiles.count();
@@ -217,6 +220,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
                                       k_ring, lane);
     load_v(step - 1);
   }
+  decode_next();
   if (count > 0) load_v(count - 1);
   state.ring = k_ring;  // both rings advanced `count` times
   state.q_phase ^= 1;
