@@ -215,16 +215,19 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     // pages) of any batch, in waves: their copies need the decode kernel's four producer warps
     // (the general kernel's producer is one warp of 24-40 registers). It claims no tiles, so
     // those calls zero no tile counters.
+    // The decode kernel gathers larger pages than the general kernel (Sm90ServingDecodeLayout).
+    using DecodeLayout = std::conditional_t<std::is_same_v<Layout, Sm90ServingLayout>,
+                                            Sm90ServingDecodeLayout, Layout>;
     const bool decode_grid =
-        num_tiles <= num_sms || Layout::template kv_gathered<Config::kBlockN>(params);
+        num_tiles <= num_sms || DecodeLayout::template kv_gathered<Config::kBlockN>(params);
     if (decode_grid &&
         int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
       if (kv_split.splits > 1) {
-        launch_sm90_decode<Config, Layout, kCausal, true>(params, map_q, map_k, map_v, kv_split,
-                                                          num_tiles);
+        launch_sm90_decode<Config, DecodeLayout, kCausal, true>(params, map_q, map_k, map_v,
+                                                                kv_split, num_tiles);
       } else {
-        launch_sm90_decode<Config, Layout, kCausal, false>(params, map_q, map_k, map_v,
-                                                           kv_split, num_tiles);
+        launch_sm90_decode<Config, DecodeLayout, kCausal, false>(params, map_q, map_k, map_v,
+                                                                 kv_split, num_tiles);
       }
     } else {
       launch_forward_kernel();

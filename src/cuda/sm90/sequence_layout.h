@@ -100,7 +100,7 @@ struct Sm90DenseLayout {
   }
 
  private:
-  template <bool kGathersSmallPages>
+  template <bool kGathersSmallPages, int kMinTmaBoxRows>
   friend struct Sm90ServingLayoutOf;
   static BshdTensor rows_of(const AttentionParams& p, const char* name, const void* data,
                             bool query_side, int64_t row_stride, int64_t head_stride,
@@ -109,6 +109,15 @@ struct Sm90DenseLayout {
             query_side ? p.heads_q : p.heads_kv, p.batch, row_stride, head_stride, batch_stride};
   }
 };
+
+// Pages whose TMA boxes would hold fewer rows than this are gathered by the general kernel's
+// producer warp with cp.async: one-row boxes ran at 0.48 TB/s (page 1, H200), 16-row ones at
+// 3.9 TB/s.
+inline constexpr int kSm90MinTmaBoxRows = 8;
+// The decode kernel's: its four producer warps gather page-16 decode (b64 x 4096) at 0.97-0.98x
+// the contiguous cache's rate on an H200, where 16-row boxes ran at 0.91-0.94x; on an H100 the two
+// run within 2% of each other (docs/kernels.md, runs 201 and 217-219).
+inline constexpr int kSm90DecodeMinTmaBoxRows = 32;
 
 // The serving layouts (flashcore.h): q dense or packed (cu_seqlens_q), K/V dense, packed
 // (cu_seqlens_k), a contiguous cache or a paged one. Packed tensors are seen as one batch entry of
@@ -126,7 +135,9 @@ struct Sm90DenseLayout {
 //     for every call whose blocks all come in boxes: the gather's code took registers from the
 //     producer warpgroup, whose FP8 kernels spilled 256-316 bytes with it and 92-100 without
 //     (docs/kernels.md, run 165).
-template <bool kGathersSmallPages>
+//   - kMinTmaBoxRows: pages whose boxes would hold fewer rows are gathered (kv_gathered): the
+//     general kernel's kSm90MinTmaBoxRows, the decode kernel's kSm90DecodeMinTmaBoxRows.
+template <bool kGathersSmallPages, int kMinTmaBoxRows = kSm90MinTmaBoxRows>
 struct Sm90ServingLayoutOf {
   static constexpr bool kMayPackQ = true;
   static constexpr bool kUniformLengths = false;
@@ -196,9 +207,6 @@ struct Sm90ServingLayoutOf {
   FC_HOST_DEVICE static bool o_rows_overrun(const AttentionParams& params) {
     return params.cu_seqlens_q != nullptr;
   }
-  // Pages whose boxes would hold fewer rows than this are gathered by the producer warp with
-  // cp.async: one-row boxes ran at 0.48 TB/s (page 1, H200), 16-row ones at 3.9 TB/s.
-  static constexpr int kMinTmaBoxRows = 8;
   template <int kBlockN>
   FC_HOST_DEVICE static bool kv_gathered(const AttentionParams& params) {
     return kGathersSmallPages && needs_gather<kBlockN>(params);
@@ -249,5 +257,8 @@ struct Sm90ServingLayoutOf {
 
 using Sm90ServingLayout = Sm90ServingLayoutOf<true>;      // any serving call
 using Sm90ServingTmaLayout = Sm90ServingLayoutOf<false>;  // calls whose K/V come in TMA boxes
+// A serving call in the decode kernel (launch.cuh): it gathers pages whose boxes would hold
+// fewer than 32 rows (page 16).
+using Sm90ServingDecodeLayout = Sm90ServingLayoutOf<true, kSm90DecodeMinTmaBoxRows>;
 
 }  // namespace flashcore::detail
