@@ -7,16 +7,25 @@
 #   STEP=bench bash tools/device/serving.sh   # compare.py --grid serving (FA3 varlen), then
 #                                             # paged decode kernel times under ncu: FlashCore
 #                                             # and FA3 through JAX (a process each)
+#   STEP=ab BASE=.base bash tools/device/serving.sh
+#                                             # this tree against BASE (an earlier commit's
+#                                             # source, `git archive <sha> CMakeLists.txt cmake
+#                                             # include src python | tar -x -C .base`): varlen
+#                                             # against dense and every cache layout's decode as
+#                                             # graph replays, PASSES rounds (default 2), the
+#                                             # trees alternating; with .anchors-jax also paged
+#                                             # decode under ncu, both trees and FA3's
 #
 # Knobs: CTEST_ARGS (default "-L gpu") picks the ctest cases of STEP=check, SANITIZE=0 skips its
-# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces STEP=bench's ncu decode configs,
-# NCU_CLOCK their clock control (default base: ncu locks the base clock; none: the card's own
-# clocks, as a server runs; page-1 FlashCore read 10% slower at base, FA3 2%: docs/kernels.md,
-# runs 195-196).
+# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces the ncu decode configs of
+# STEP=bench and STEP=ab, NCU_CLOCK their clock control (default base: ncu locks the base clock;
+# none: the card's own clocks, as a server runs; page-1 FlashCore read 10% slower at base, FA3 2%:
+# docs/kernels.md, runs 195-196). STEP=ab: about 7 minutes with its ncu cells (runs 218-219 ran its
+# commands by hand, not this script).
 #
 # Carry .anchors (FA3 wheel) for STEP=bench and .anchors-jax (flash_attn3_jax wheel) for the
-# JAX anchor; both fit one call with a lean tree. Logs and JSON go to OUT (default $OUT or
-# results/serving); the last lines printed are the summary.
+# JAX anchor; both fit one call with a lean tree. STEP=ab: carry BASE (and .anchors-jax). Logs
+# and JSON go to OUT (default $OUT or results/serving); the last lines printed are the summary.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 OUT=${OUT:-results/serving}
@@ -61,16 +70,40 @@ install_anchors() {
 
 # ncu_kernel_us IMPL ARGS...: the median gpu__time_duration (us) of the attention kernels of one
 # paged-decode process (bench/paged_decode_anchor.py), the warm-up call's kernels left out.
+# NCU_TAG, when set, names the log apart (the trees of STEP=ab).
 ncu_kernel_us() {
   local impl=$1 log
   shift
-  log="$OUT/ncu_${impl}_$(echo "$*" | tr ' -' '__').csv"
+  log="$OUT/ncu_${impl}${NCU_TAG:+_$NCU_TAG}_$(echo "$*" | tr ' -' '__').csv"
   ncu --clock-control "${NCU_CLOCK:-base}" --csv --metrics gpu__time_duration.sum \
     --target-processes all \
     python3 bench/paged_decode_anchor.py --impl "$impl" "$@" >"$log" 2>&1 || { echo "ncu failed"; return 1; }
   local keys="flash,Flash"  # FA3: its scheduler-prepare and forward kernels
   [ "$impl" = flashcore ] && keys="sm90,sm80,combine"
   python3 tools/device/ncu_times.py "$log" --kernels "$keys"
+}
+
+# decode_configs: STEP=bench's and STEP=ab's ncu decode configs, one a line.
+decode_configs() {
+  local default="--batch 64 --keys 4096 --page-size 16;--batch 64 --keys 4096 --page-size 1"
+  default+=";--batch 64 --keys 4096 --page-size 64;--batch 64 --keys 4096 --page-size 0"
+  default+=";--batch 16 --keys 8192 --page-size 16;--batch 1 --keys 32768 --page-size 16"
+  tr ';' '\n' <<<"${DECODE_CONFIGS:-$default}"
+}
+
+# fa3_splits CONFIG: FA3's num_splits for a decode config (16 at batch 1, as FA3 picks there).
+fa3_splits() {
+  if [[ "$1" == "--batch 1 "* ]]; then echo 16; else echo 1; fi
+}
+
+# lean_build SOURCE BUILD LOG: the Python module for sm_90a with the d128 kernels of both 16-bit
+# dtypes, all that STEP=ab's timings call.
+lean_build() {
+  { cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA_ARCHS=90a \
+      -DFLASHCORE_BUILD_PYTHON=ON -DFLASHCORE_BUILD_TESTS=OFF -DFLASHCORE_BUILD_BENCH=OFF \
+      -DFLASHCORE_HEAD_DIMS=128 "-DFLASHCORE_DTYPES=bf16;fp16" \
+      -DPython_EXECUTABLE="$(command -v python3)" &&
+      cmake --build "$2" -j "$JOBS"; } >"$3" 2>&1
 }
 
 if [ "$STEP" = check ]; then
@@ -94,18 +127,57 @@ elif [ "$STEP" = bench ]; then
     echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
       "clock control ${NCU_CLOCK:-base})"
     echo "config | flashcore | fa3-jax"
-    default_configs="--batch 64 --keys 4096 --page-size 16;--batch 64 --keys 4096 --page-size 1"
-    default_configs+=";--batch 64 --keys 4096 --page-size 64;--batch 64 --keys 4096 --page-size 0"
-    default_configs+=";--batch 16 --keys 8192 --page-size 16;--batch 1 --keys 32768 --page-size 16"
-    IFS=';' read -r -a configs <<<"${DECODE_CONFIGS:-$default_configs}"
+    mapfile -t configs < <(decode_configs)
     for cfg in "${configs[@]}"; do
-      splits=1
-      [[ "$cfg" == "--batch 1 "* ]] && splits=16
-      # shellcheck disable=SC2086
-      echo "$cfg | $(ncu_kernel_us flashcore $cfg) | $(ncu_kernel_us fa3-jax $cfg --splits $splits)"
+      # shellcheck disable=SC2086  # a config is several flags
+      echo "$cfg | $(ncu_kernel_us flashcore $cfg) | $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
     done
   } >"$OUT/paged_decode_ncu.txt" 2>&1
   cat "$OUT/paged_decode_ncu.txt"
+elif [ "$STEP" = ab ]; then
+  BASE=${BASE:-.base}
+  [ -f "$BASE/CMakeLists.txt" ] || { echo "serving.sh: no source tree at BASE=$BASE" >&2; exit 2; }
+  lean_build "$BASE" build-serving-base "$OUT/build_base.log" &
+  base_pid=$!
+  lean_build . build-serving-new "$OUT/build_new.log" &
+  new_pid=$!
+  for tree in base new; do
+    pid=$base_pid
+    [ "$tree" = new ] && pid=$new_pid
+    wait "$pid" || { echo "build of $tree failed"; tail -n 20 "$OUT/build_$tree.log"; exit 1; }
+  done
+  for pass in $(seq 1 "${PASSES:-2}"); do
+    trees=(base new)
+    [ $((pass % 2)) -eq 0 ] && trees=(new base)  # neither tree always runs on a card warmed by the other
+    for tree in "${trees[@]}"; do
+      for timing in varlen paged_decode; do
+        PYTHONPATH="$PWD/build-serving-$tree/python" run "${timing}_${tree}_$pass" \
+          python3 "dev/sm90/${timing}_graph_timing.py" --json "$OUT/${timing}_${tree}_$pass.json"
+      done
+    done
+  done
+  for timing in varlen paged_decode; do
+    python3 dev/sm90/summarize_graph_timing.py --base "$OUT/${timing}"_base_*.json \
+      --new "$OUT/${timing}"_new_*.json >"$OUT/${timing}_summary.md" 2>&1
+    cat "$OUT/${timing}_summary.md"; echo
+  done
+  if compgen -G ".anchors-jax/*.whl" >/dev/null; then
+    run anchors install_anchors
+    {
+      echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
+        "clock control ${NCU_CLOCK:-base}; a process per cell)"
+      echo "config | flashcore new | flashcore base | fa3-jax"
+      mapfile -t configs < <(decode_configs)
+      for cfg in "${configs[@]}"; do
+        # shellcheck disable=SC2086  # a config is several flags
+        echo "$cfg" \
+          "| $(PYTHONPATH="$PWD/build-serving-new/python:$SITE" NCU_TAG=new ncu_kernel_us flashcore $cfg)" \
+          "| $(PYTHONPATH="$PWD/build-serving-base/python:$SITE" NCU_TAG=base ncu_kernel_us flashcore $cfg)" \
+          "| $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
+      done
+    } >"$OUT/paged_decode_ncu.txt" 2>&1
+    cat "$OUT/paged_decode_ncu.txt"
+  fi
 fi
 echo
 printf '%s\n' "${summary[@]}"
