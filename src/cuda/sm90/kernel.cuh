@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
           continue;
         }
         // A claiming scheduler's next tile is claimed while this one loads; a fixed stride's is
-        // worked out with its decode.
+        // worked out with the early decode, or else after the loads.
         int claimed = 0;
         int next_index = 0;
         const auto claim_next = [&] {
