@@ -8,6 +8,10 @@ timing as compare.py's (CUDA events, or --timing graph: replays of a CUDA graph 
 --graph-calls calls; the serving calls take no host sync, so they capture). Varlen rows report
 TFLOPS, decode rows the K/V read rate in TB/s (every key of every sequence read once). A paged
 cache hands its pages out in a shuffled order, as a server's free list would.
+
+A varlen row of equal-length sequences also times FlashCore's dense call on the same tensors in
+the same interleaved rounds (its "dense twin"), and its ratio against dense comes from those
+rounds: rows timed minutes apart can meet different clock regimes (docs/kernels.md, run 211).
 """
 import sys
 
@@ -22,6 +26,8 @@ FA3_NO_PAGED = ("FA3's fa3-fwd wheel has no paged KV; FA3's paged decode needs f
 # Sequences of a varlen row that are checked: the shortest ones whole, the longest on sampled
 # rows (compare_accuracy.Checker picks them).
 CHECKED_SEQUENCES = 4
+# The timing name of an implementation's dense twin (FlashCoreServing.dense_twin).
+DENSE_TWIN = " dense twin"
 
 
 def _cu(lengths, device):
@@ -104,10 +110,12 @@ class FlashCoreServing:
     def __init__(self, module, backend, name="flashcore"):
         self.module, self.backend, self.name = module, backend, name
 
+    def _backend(self):
+        return None if self.backend in (None, "auto") else self.backend
+
     def call(self, inputs, **kwargs):
         config, fc = inputs.config, self.module
-        backend = None if self.backend in (None, "auto") else self.backend
-        common = dict(causal=config.causal, backend=backend, **kwargs)
+        common = dict(causal=config.causal, backend=self._backend(), **kwargs)
         if config.layout == grid.VARLEN:
             return fc.attention_varlen(inputs.q, inputs.k, inputs.v, inputs.cu_q, inputs.cu_k,
                                        inputs.max_q, inputs.max_k, **common)
@@ -116,6 +124,21 @@ class FlashCoreServing:
         return fc.attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache,
                                          inputs.cache_seqlens, page_table=inputs.page_table,
                                          **common)
+
+    def dense_twin(self, inputs):
+        """The dense call on the sequences of an equal-length varlen row (its packed q, k and v
+        viewed as [batch, seqlen, heads, d]), as a function of no arguments; None for other
+        rows."""
+        config = inputs.config
+        if (config.layout != grid.VARLEN or len(set(config.lengths_q)) != 1
+                or len(set(config.lengths_k)) != 1):
+            return None
+        batch = config.batch
+        q = inputs.q.view(batch, inputs.max_q, *inputs.q.shape[1:])
+        k = inputs.k.view(batch, inputs.max_k, *inputs.k.shape[1:])
+        v = inputs.v.view(batch, inputs.max_k, *inputs.v.shape[1:])
+        return lambda: self.module.attention(q, k, v, causal=config.causal,
+                                             backend=self._backend())
 
 
 class Fa3Serving:
@@ -197,10 +220,12 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
             result.update(status="n/a", reason=refusal)
             continue
         try:
+            twin = None
             if isinstance(impl, FlashCoreServing):
                 poisoned = torch.full_like(inputs.q, float("nan"))
                 out, lse = impl.call(inputs, out=poisoned, return_lse=True)
                 fn = lambda impl=impl: impl.call(inputs)  # noqa: E731
+                twin = impl.dense_twin(inputs)
             else:
                 out, lse = impl.call(inputs), None
                 fn = lambda impl=impl: impl.call(inputs)  # noqa: E731
@@ -208,14 +233,24 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
                 torch.cuda.synchronize()
             result.update(check(inputs, out, lse, check_rows))
             result["status"] = "ok" if result["pass"] else "FAIL"
+            if twin is not None:  # the same sequences: both kernels should agree to the bit
+                result["dense_twin_max_diff"] = float(
+                    (twin().reshape(out.shape).float() - out.float()).abs().max())
             del out, lse
             timed_fn, calls = _timed_fn(fn, settings, on_gpu)
             timed.append((impl.name, timed_fn, None, calls))
+            if twin is not None:
+                twin_fn, twin_calls = _timed_fn(twin, settings, on_gpu)
+                timed.append((impl.name + DENSE_TWIN, twin_fn, None, twin_calls))
         except Exception as error:  # a backend refusing the layout, out of memory, ...
             result.update(status="n/a", reason=compare_runner.short_reason(error))
     timings = compare_runner.time_interleaved(timed, settings.warmup, settings.iters,
                                               settings.budget_s, settings.rounds, on_gpu)
     for name, timing in timings.items():
+        if name.endswith(DENSE_TWIN):
+            if "error" not in timing:
+                results[name[:-len(DENSE_TWIN)]]["dense_same_rounds_ms"] = timing["median_ms"]
+            continue
         if "error" in timing:
             results[name].update(status="n/a", reason="timing: " + timing["error"])
             continue
@@ -246,8 +281,8 @@ def _lengths(config):
 def ratios(records, name):
     """Per record, what the issue asks of `name` (the first flashcore column): speed against
     FA3 on the same row, and its figure of merit (TFLOPS for varlen prefill, K/V TB/s for
-    decode) against the dense row of the same sequence lengths, or else its group's first dense
-    row of its dtype."""
+    decode) against its dense twin timed in the same rounds, or else the dense row of the same
+    sequence lengths, or else its group's first dense row of its dtype."""
     first_dense, same_lengths = {}, {}
     for record in records:
         config = record["config_obj"]
@@ -264,7 +299,10 @@ def ratios(records, name):
                 text.append(f"{fa3['median_ms'] / ours['median_ms']:.2f}x FA3")
             base = same_lengths.get(_lengths(config),
                                     first_dense.get((config.group, config.dtype)))
-            if base is not None and base is not record:
+            if ours.get("dense_same_rounds_ms"):
+                text.append(f"{ours['dense_same_rounds_ms'] / ours['median_ms']:.2f}x dense "
+                            f"b{config.batch}, same rounds")
+            elif base is not None and base is not record:
                 theirs = base["results"].get(name, {})
                 if theirs.get("status") == "ok":
                     base_config = base["config_obj"]

@@ -109,3 +109,47 @@ def test_ratios_pair_a_varlen_row_with_the_dense_row_of_its_lengths():
     assert notes[2] == "0.91x FA3; 0.97x dense b2"
     assert notes[4] == "1.00x dense b8"
     assert notes[1] == "-" and notes[5] == "-"
+
+
+def test_an_equal_length_varlen_row_is_set_against_its_dense_twin_of_the_same_rounds():
+    pytest.importorskip("torch")
+    import compare_serving
+
+    configs = [c for c in grid.serving_configs() if c.group == "varlen"]
+    ragged, dense_b2, packed_b2 = configs[:3]
+    records = [{"config_obj": config, "results": {"flashcore": result}} for config, result in (
+        (ragged, {"status": "ok", "median_ms": 1.2, "tflops": 1.0}),
+        (dense_b2, {"status": "ok", "median_ms": 1.6, "tflops": 1.0}),
+        # The dense row, minutes away, read 1.6 ms; the twin in the varlen row's rounds 1.7.
+        (packed_b2, {"status": "ok", "median_ms": 1.75, "tflops": 1.0,
+                     "dense_same_rounds_ms": 1.7}))]
+    notes = compare_serving.ratios(records, "flashcore")
+    assert notes[2] == "0.97x dense b2, same rounds"
+    assert "same rounds" not in notes[0]  # the ragged batch has no twin
+
+
+def test_only_equal_length_varlen_rows_have_a_dense_twin():
+    pytest.importorskip("torch")
+    import compare_serving
+
+    calls = []
+
+    class Module:
+        def attention(self, q, k, v, causal, backend):
+            calls.append((tuple(q.shape), tuple(k.shape), tuple(v.shape), causal, backend))
+            return q
+
+    impl = compare_serving.FlashCoreServing(Module(), "cpu")
+    configs = [c for c in grid.SERVING_GRIDS["serving-tiny"][1](("bf16",))
+               if c.group == "varlen" or c.layout == grid.CONTIGUOUS]
+    twins = {}
+    for config in configs:
+        inputs = compare_serving.Inputs(config, "cpu", seed=0)
+        twins[config.describe()] = impl.dense_twin(inputs)
+    ragged, dense_b2, packed_b2 = configs[:3]
+    assert twins[ragged.describe()] is None and twins[dense_b2.describe()] is None
+    assert all(twin is None for name, twin in twins.items() if "contiguous" in name)
+    twins[packed_b2.describe()]()
+    (batch, length), heads = (packed_b2.batch, packed_b2.lengths_q[0]), packed_b2.heads_q
+    assert calls == [((batch, length, heads, 128), (batch, length, 8, 128),
+                      (batch, length, 8, 128), True, "cpu")]
