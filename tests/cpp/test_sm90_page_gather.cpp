@@ -16,7 +16,7 @@ namespace flashcore::detail {
 namespace {
 
 constexpr int kBlockN = 128;  // the d128 rows' KV block
-constexpr int kGatherThreads = 32;
+constexpr int kGatherThreads = 32;  // any count: a gathered block's barrier expects its gatherers
 
 AttentionParams paged(int page_size) {
   static const int32_t kPageTable[1] = {0};  // only its presence matters here

@@ -96,6 +96,26 @@ fa3_splits() {
   if [[ "$1" == "--batch 1 "* ]]; then echo 16; else echo 1; fi
 }
 
+# paged_decode_ncu_table NAME=PYTHON_DIR...: the ncu decode table of every decode config, a
+# FlashCore column per build (NAME, its Python module's folder), then FA3's through JAX.
+paged_decode_ncu_table() {
+  local build cfg row header="config"
+  for build in "$@"; do header+=" | ${build%%=*}"; done
+  echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
+    "clock control ${NCU_CLOCK:-base}; a process per cell)"
+  echo "$header | fa3-jax"
+  mapfile -t configs < <(decode_configs)
+  for cfg in "${configs[@]}"; do
+    row=$cfg
+    for build in "$@"; do
+      # shellcheck disable=SC2086  # a config is several flags
+      row+=" | $(PYTHONPATH="${build#*=}:$SITE" NCU_TAG=${build%%=*} ncu_kernel_us flashcore $cfg)"
+    done
+    # shellcheck disable=SC2086
+    echo "$row | $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
+  done
+}
+
 # lean_build SOURCE BUILD LOG: the Python module for sm_90a with the d128 kernels of both 16-bit
 # dtypes, all that STEP=ab's timings call.
 lean_build() {
@@ -123,16 +143,7 @@ elif [ "$STEP" = bench ]; then
   run anchors install_anchors
   run compare_serving python3 bench/compare.py --grid serving --timing graph \
     --out "$OUT/compare_serving"
-  {
-    echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
-      "clock control ${NCU_CLOCK:-base})"
-    echo "config | flashcore | fa3-jax"
-    mapfile -t configs < <(decode_configs)
-    for cfg in "${configs[@]}"; do
-      # shellcheck disable=SC2086  # a config is several flags
-      echo "$cfg | $(ncu_kernel_us flashcore $cfg) | $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
-    done
-  } >"$OUT/paged_decode_ncu.txt" 2>&1
+  paged_decode_ncu_table "flashcore=$PWD/$BUILD_DIR/python" >"$OUT/paged_decode_ncu.txt" 2>&1
   cat "$OUT/paged_decode_ncu.txt"
 elif [ "$STEP" = ab ]; then
   BASE=${BASE:-.base}
@@ -147,8 +158,8 @@ elif [ "$STEP" = ab ]; then
     wait "$pid" || { echo "build of $tree failed"; tail -n 20 "$OUT/build_$tree.log"; exit 1; }
   done
   for pass in $(seq 1 "${PASSES:-2}"); do
-    trees=(base new)
-    [ $((pass % 2)) -eq 0 ] && trees=(new base)  # neither tree always runs on a card warmed by the other
+    trees=(base new)  # swapped every other pass: neither always runs on a card the other warmed
+    [ $((pass % 2)) -eq 0 ] && trees=(new base)
     for tree in "${trees[@]}"; do
       for timing in varlen paged_decode; do
         PYTHONPATH="$PWD/build-serving-$tree/python" run "${timing}_${tree}_$pass" \
@@ -163,19 +174,8 @@ elif [ "$STEP" = ab ]; then
   done
   if compgen -G ".anchors-jax/*.whl" >/dev/null; then
     run anchors install_anchors
-    {
-      echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
-        "clock control ${NCU_CLOCK:-base}; a process per cell)"
-      echo "config | flashcore new | flashcore base | fa3-jax"
-      mapfile -t configs < <(decode_configs)
-      for cfg in "${configs[@]}"; do
-        # shellcheck disable=SC2086  # a config is several flags
-        echo "$cfg" \
-          "| $(PYTHONPATH="$PWD/build-serving-new/python:$SITE" NCU_TAG=new ncu_kernel_us flashcore $cfg)" \
-          "| $(PYTHONPATH="$PWD/build-serving-base/python:$SITE" NCU_TAG=base ncu_kernel_us flashcore $cfg)" \
-          "| $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
-      done
-    } >"$OUT/paged_decode_ncu.txt" 2>&1
+    paged_decode_ncu_table "new=$PWD/build-serving-new/python" \
+      "base=$PWD/build-serving-base/python" >"$OUT/paged_decode_ncu.txt" 2>&1
     cat "$OUT/paged_decode_ncu.txt"
   fi
 fi
