@@ -5,14 +5,18 @@ FlashCore's kv-cache entry, contiguous and paged (issue 25's eager decode step).
 H100/H200.
 
     PYTHONPATH=<build>/python python dev/host_overhead/bench_host_overhead.py [--calls 2000]
-        [--profile]
+        [--rounds 5] [--profile]
 
 Per row: host us/call (the loop of N calls until it returns, nothing synchronised inside: what
 a host-bound decode step pays) and wall us/call (until the GPU has finished too). When host >=
-wall the GPU waits for the host. --profile adds torch.profiler's CPU-side table (CUDA runtime
-calls included) for 20 calls of each FlashCore row.
+wall the GPU waits for the host. A shape's rows are timed in --rounds interleaved rounds of
+calls / rounds calls each, the order rotated and reversed from round to round, so a slow spell
+of the host lands on every row alike; the figures are the medians over rounds, with the
+spread (slowest round's host time over the fastest's) beside them. --profile adds
+torch.profiler's CPU-side table (CUDA runtime calls included) for 20 calls of each FlashCore row.
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -26,14 +30,19 @@ from flashcore import _flashcore
 PAGE_SIZE = 16  # vLLM's block size, for the paged decode row
 
 WARMUP = 200  # allocator, lazy module loading, cudaFuncSetAttribute: all paid before timing
+REWARM = 20  # calls before each later round's timing: the caches the other rows left cold
 # (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim): Llama-3-8B-like attention.
 SHAPES = [("decode", 1, 1, 4096, 32, 8, 128), ("prefill", 1, 1024, 1024, 32, 8, 128)]
 
 
-def timed(fn, calls):
-    for _ in range(WARMUP):
+def warm(fn, calls):
+    for _ in range(calls):
         fn()
     torch.cuda.synchronize()
+
+
+def timed(fn, calls, warmup):
+    warm(fn, warmup)
     start = time.perf_counter()
     for _ in range(calls):
         fn()
@@ -144,17 +153,34 @@ def kvcache_rows(q, k, v):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  calls={args.calls}")
+    if args.calls < 1 or args.rounds < 1:
+        parser.error(f"--calls and --rounds must be at least 1, got {args.calls} and "
+                     f"{args.rounds}")
+    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  calls={args.calls}  "
+          f"rounds={args.rounds}")
     with torch.inference_mode():
         for shape in SHAPES:
             print(f"\n{shape[0]}: b{shape[1]} sq{shape[2]} sk{shape[3]} hq{shape[4]} "
                   f"hkv{shape[5]} d{shape[6]} bf16 causal")
-            print(f"{'host us/call':>13} {'wall us/call':>13}  entry")
-            for name, fn in rows_for(shape):
-                host, wall = timed(fn, args.calls)
-                print(f"{host:13.1f} {wall:13.1f}  {name}")
+            rows = rows_for(shape)
+            for name, fn in rows:
+                warm(fn, WARMUP)  # before any row is timed
+            samples = {name: [] for name, _ in rows}
+            calls = max(1, args.calls // args.rounds)
+            for round_index in range(args.rounds):
+                shift = round_index % len(rows)
+                order = rows[shift:] + rows[:shift]
+                for name, fn in order[::-1] if round_index % 2 else order:
+                    samples[name].append(timed(fn, calls, REWARM))
+            print(f"{'host us/call':>13} {'wall us/call':>13} {'spread':>7}  entry")
+            for name, fn in rows:
+                hosts = [host for host, _ in samples[name]]
+                host = statistics.median(hosts)
+                wall = statistics.median(wall for _, wall in samples[name])
+                print(f"{host:13.1f} {wall:13.1f} {max(hosts) / min(hosts):7.2f}  {name}")
                 if args.profile and "flashcore" in name and shape[0] == "decode":
                     with torch.profiler.profile(
                             activities=[torch.profiler.ProfilerActivity.CPU,

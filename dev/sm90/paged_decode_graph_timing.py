@@ -1,11 +1,12 @@
 """GPU time per decode call over a KV cache in each of its layouts, replayed as CUDA graphs: the
-dense call (flashcore.torch.attention), a contiguous cache and paged caches of pages 64, 16
-and 1 (attention_with_kvcache). Every layout holds the same keys and values, so the layouts'
-times compare the K/V addressing alone; issue 25 asks paged decode at 95% of the contiguous
-cache's rate. The pages of every sequence are a random permutation of the pool, as a server's
+dense call (flashcore.torch.attention), a contiguous cache and paged caches of every page size
+issue 25 asks to be fast, 256 down to 1 (attention_with_kvcache). Every layout holds the same
+keys and values, so the layouts' times compare the K/V addressing alone; issue 25 asks paged
+decode at 95% of the contiguous cache's rate. The pages of every sequence are a random permutation of the pool, as a server's
 free list leaves them.
 
     PYTHONPATH=<build>/python python3 dev/sm90/paged_decode_graph_timing.py [--json out.json]
+        [--page-sizes 256,128,64,32,16,1]
 
 Shapes: seqlen_q 1, GQA 32 / 8 heads, d128, bf16, at batch 64 x 4096 keys, 16 x 8192 and
 1 x 32768 (split-KV). Rounds in balanced Latin-square orders (bench/compare_runner.py); the
@@ -24,7 +25,9 @@ REPLAYS = 5  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
 SHAPES = [(64, 4096), (16, 8192), (1, 32768)]  # (batch, keys)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
-PAGE_SIZES = (64, 16, 1)  # TMA boxes of a page (two a block, eight), and the gather
+# A decode reads pages of 32 rows and more in TMA boxes and gathers smaller ones with its
+# producer warps (kSm90DecodeMinTmaBoxRows, sequence_layout.h).
+PAGE_SIZES = (256, 128, 64, 32, 16, 1)
 # Same keys, different addressing: the layouts may differ by the order of their sums only (the
 # split plans differ), a few bf16 roundings of the output's largest values.
 MAX_DIFF_OF_LARGEST = 2e-2
@@ -41,12 +44,12 @@ def paged(cache, page_size, gen):
     return pages, order.to(torch.int32).reshape(b, pages_per_seq)
 
 
-def layouts(q, k, v, gen):
+def layouts(q, k, v, gen, page_sizes):
     batch, keys = k.shape[0], k.shape[1]
     seqlens = torch.full((batch,), keys, device="cuda", dtype=torch.int32)
     calls = {"dense": lambda: fct.attention(q, k, v),
              "contiguous": lambda: fct.attention_with_kvcache(q, k, v, seqlens)}
-    for page_size in PAGE_SIZES:
+    for page_size in page_sizes:
         k_pages, table = paged(k, page_size, gen)
         v_pages = torch.empty_like(k_pages)
         v_pages[table.reshape(-1).long()] = v.reshape(v_pages.shape)
@@ -60,7 +63,16 @@ def layouts(q, k, v, gen):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
+    parser.add_argument("--page-sizes", default=",".join(map(str, PAGE_SIZES)),
+                        help="comma list of page sizes, each dividing every shape's keys")
     args = parser.parse_args()
+    try:
+        page_sizes = [int(size) for size in args.page_sizes.split(",") if size]
+    except ValueError:
+        page_sizes = []
+    if not page_sizes or any(size < 1 or keys % size for size in page_sizes for _, keys in SHAPES):
+        parser.error(f"--page-sizes: each must divide {[keys for _, keys in SHAPES]}, got "
+                     f"{args.page_sizes!r}")
     gen = torch.Generator(device="cuda").manual_seed(0)
     cpu_gen = torch.Generator().manual_seed(0)
     records, failed = [], False
@@ -69,7 +81,7 @@ def main():
             return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
         q = rand(batch, 1, HEADS_Q, HEAD_DIM)
         k, v = rand(batch, keys, HEADS_KV, HEAD_DIM), rand(batch, keys, HEADS_KV, HEAD_DIM)
-        calls = layouts(q, k, v, cpu_gen)
+        calls = layouts(q, k, v, cpu_gen, page_sizes)
         reference = calls["dense"]().float()
         errors = {name: (call().float() - reference).abs().max().item()
                   for name, call in calls.items()}

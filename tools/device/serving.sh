@@ -4,9 +4,12 @@
 #
 #   STEP=check bash tools/device/serving.sh   # build; ctest -L gpu; torch serving tests (gpu);
 #                                             # compute-sanitizer on the serving cases
-#   STEP=bench bash tools/device/serving.sh   # compare.py --grid serving (FA3 varlen), then
-#                                             # paged decode kernel times under ncu: FlashCore
-#                                             # and FA3 through JAX (a process each)
+#   STEP=bench bash tools/device/serving.sh   # a lean build (d128, bf16 and fp16); compare.py
+#                                             # --grid serving (FA3 varlen); every page size's
+#                                             # decode as graph replays; eager host time per
+#                                             # call; paged decode beside FA3's through JAX (a
+#                                             # process each): kernel times under ncu, and 200
+#                                             # calls back to back (wall clock); ~8 minutes
 #   STEP=ab BASE=.base bash tools/device/serving.sh
 #                                             # this tree against BASE (an earlier commit's
 #                                             # source, `git archive <sha> CMakeLists.txt cmake
@@ -17,11 +20,11 @@
 #                                             # decode under ncu, both trees and FA3's
 #
 # Knobs: CTEST_ARGS (default "-L gpu") picks the ctest cases of STEP=check, SANITIZE=0 skips its
-# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces the ncu decode configs of
-# STEP=bench and STEP=ab, NCU_CLOCK their clock control (default base: ncu locks the base clock;
-# none: the card's own clocks, as a server runs; page-1 FlashCore read 10% slower at base, FA3 2%:
-# docs/kernels.md, runs 195-196). STEP=ab: about 7 minutes with its ncu cells (runs 218-219 ran its
-# commands by hand, not this script).
+# compute-sanitizer runs; DECODE_CONFIGS (";"-separated) replaces the paged decode configs of
+# STEP=bench and STEP=ab, NCU_CLOCK their ncu clock control (default none: the card's own clocks,
+# as a server runs; base locks the base clock, where FlashCore's page-1 gather read 10% slower and
+# FA3 2%: docs/kernels.md, runs 195-196). STEP=ab: about 7 minutes with its ncu cells (runs
+# 218-219 ran its commands by hand, runs 220-222 STEP=bench's).
 #
 # Carry .anchors (FA3 wheel) for STEP=bench and .anchors-jax (flash_attn3_jax wheel) for the
 # JAX anchor; both fit one call with a lean tree. STEP=ab: carry BASE (and .anchors-jax). Logs
@@ -75,7 +78,7 @@ ncu_kernel_us() {
   local impl=$1 log
   shift
   log="$OUT/ncu_${impl}${NCU_TAG:+_$NCU_TAG}_$(echo "$*" | tr ' -' '__').csv"
-  ncu --clock-control "${NCU_CLOCK:-base}" --csv --metrics gpu__time_duration.sum \
+  ncu --clock-control "${NCU_CLOCK:-none}" --csv --metrics gpu__time_duration.sum \
     --target-processes all \
     python3 bench/paged_decode_anchor.py --impl "$impl" "$@" >"$log" 2>&1 || { echo "ncu failed"; return 1; }
   local keys="flash,Flash"  # FA3: its scheduler-prepare and forward kernels
@@ -83,10 +86,11 @@ ncu_kernel_us() {
   python3 tools/device/ncu_times.py "$log" --kernels "$keys"
 }
 
-# decode_configs: STEP=bench's and STEP=ab's ncu decode configs, one a line.
+# decode_configs: STEP=bench's and STEP=ab's paged decode configs, one a line (page 0: the
+# contiguous cache, FlashCore only).
 decode_configs() {
-  local default="--batch 64 --keys 4096 --page-size 16;--batch 64 --keys 4096 --page-size 1"
-  default+=";--batch 64 --keys 4096 --page-size 64;--batch 64 --keys 4096 --page-size 0"
+  local b64="--batch 64 --keys 4096 --page-size" default
+  default="$b64 0;$b64 16;$b64 1;$b64 64"
   default+=";--batch 16 --keys 8192 --page-size 16;--batch 1 --keys 32768 --page-size 16"
   tr ';' '\n' <<<"${DECODE_CONFIGS:-$default}"
 }
@@ -102,7 +106,7 @@ paged_decode_ncu_table() {
   local build cfg row header="config"
   for build in "$@"; do header+=" | ${build%%=*}"; done
   echo "paged decode kernel time (us, ncu gpu__time_duration, median of 5 calls," \
-    "clock control ${NCU_CLOCK:-base}; a process per cell)"
+    "clock control ${NCU_CLOCK:-none}; a process per cell)"
   echo "$header | fa3-jax"
   mapfile -t configs < <(decode_configs)
   for cfg in "${configs[@]}"; do
@@ -111,8 +115,42 @@ paged_decode_ncu_table() {
       # shellcheck disable=SC2086  # a config is several flags
       row+=" | $(PYTHONPATH="${build#*=}:$SITE" NCU_TAG=${build%%=*} ncu_kernel_us flashcore $cfg)"
     done
+    if [[ "$cfg" == *"--page-size 0" ]]; then echo "$row |"; continue; fi
     # shellcheck disable=SC2086
     echo "$row | $(ncu_kernel_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")"
+  done
+}
+
+# wall_us IMPL CONFIG...: us per call of 200 paged decode calls issued back to back (median of 5
+# rounds; bench/paged_decode_anchor.py --wall-calls): what lies between kernels counts too.
+wall_us() {
+  python3 bench/paged_decode_anchor.py --impl "$@" --calls 20 --wall-calls 200 --wall-rounds 5 \
+    2>>"$OUT/paged_decode_wall.err" | tail -n 1 |
+    python3 -c "import json, sys; print(f\"{json.load(sys.stdin)['wall_us_per_call']:.1f}\")" \
+    2>/dev/null || echo fail
+}
+
+# paged_decode_wall_table: FlashCore (this tree's build) and FA3 through JAX, a process each, the
+# order swapped from config to config.
+paged_decode_wall_table() {
+  local cfg fc fa swap=0
+  echo "paged decode, 200 calls back to back (wall us per call, median of 5 rounds)"
+  echo "config | flashcore | fa3-jax | fa3 / flashcore time"
+  mapfile -t configs < <(decode_configs)
+  for cfg in "${configs[@]}"; do
+    if [[ "$cfg" == *"--page-size 0" ]]; then
+      # shellcheck disable=SC2086
+      echo "$cfg | $(wall_us flashcore $cfg) |"
+      continue
+    fi
+    swap=$((1 - swap))
+    # shellcheck disable=SC2086
+    if [ "$swap" -eq 1 ]; then
+      fc=$(wall_us flashcore $cfg); fa=$(wall_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")")
+    else
+      fa=$(wall_us fa3-jax $cfg --splits "$(fa3_splits "$cfg")"); fc=$(wall_us flashcore $cfg)
+    fi
+    echo "$cfg | $fc | $fa | $(python3 -c "print(f'{$fa / $fc:.3f}')" 2>/dev/null)"
   done
 }
 
@@ -139,12 +177,22 @@ if [ "$STEP" = check ]; then
     grep -E "FINDINGS" "$OUT/sanitize_serving.log" | head -5
   fi
 elif [ "$STEP" = bench ]; then
-  run build build || { printf '%s\n' "${summary[@]}"; exit 1; }
+  run build lean_build . build-serving-new "$OUT/build_new.log" ||
+    { printf '%s\n' "${summary[@]}"; exit 1; }
   run anchors install_anchors
-  run compare_serving python3 bench/compare.py --grid serving --timing graph \
-    --out "$OUT/compare_serving"
-  paged_decode_ncu_table "flashcore=$PWD/$BUILD_DIR/python" >"$OUT/paged_decode_ncu.txt" 2>&1
-  cat "$OUT/paged_decode_ncu.txt"
+  export PYTHONPATH="$PWD/build-serving-new/python:$SITE"
+  run compare_serving python3 bench/compare.py --grid serving --timing graph --skip-ceilings \
+    --impls flashcore,fa3 --out "$OUT/compare_serving"
+  run paged_graph python3 dev/sm90/paged_decode_graph_timing.py --json "$OUT/paged_graph.json"
+  run host_overhead python3 dev/host_overhead/bench_host_overhead.py --calls 4000 --rounds 8
+  if compgen -G ".anchors-jax/*.whl" >/dev/null; then
+    paged_decode_ncu_table "flashcore=$PWD/build-serving-new/python" \
+      >"$OUT/paged_decode_ncu.txt" 2>&1
+    paged_decode_wall_table >"$OUT/paged_decode_wall.txt" 2>&1
+    cat "$OUT/paged_decode_ncu.txt" "$OUT/paged_decode_wall.txt"
+  fi
+  grep -v "^\s*$" "$OUT/host_overhead.log"
+  tail -n 12 "$OUT/paged_graph.log"
 elif [ "$STEP" = ab ]; then
   BASE=${BASE:-.base}
   [ -f "$BASE/CMakeLists.txt" ] || { echo "serving.sh: no source tree at BASE=$BASE" >&2; exit 2; }
