@@ -4,10 +4,10 @@
 // once, and launches on params.stream as many CTAs as the row's scheduler asks for (zeroing the
 // caller's tile counters first when it claims tiles). Packed calls launch as programmatic
 // dependents of the kernel before them (launch_dependent.h); those with too few tiles split
-// their keys and launch the combine kernel after, and those of at most 64 rows a tile that fit
-// the SMs (or come in a serving layout, at any batch) run the decode kernel (decode_kernel.cuh).
-// Throws Error for anything it cannot run,
-// e.g. strides a tensor map cannot describe (auto selection already sends those calls to sm80).
+// their keys and launch the combine kernel after, and those of at most 64 rows a tile run the
+// decode kernel (decode_kernel.cuh) where decode_dispatch.h says. Throws Error for anything it
+// cannot run, e.g. strides a tensor map cannot describe (auto selection already sends those
+// calls to sm80).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +23,7 @@
 #include "cuda/common/smem_attribute.cuh"
 #include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/cluster_scheduler.cuh"
+#include "cuda/sm90/decode_dispatch.h"
 #include "cuda/sm90/decode_kernel.cuh"
 #include "cuda/sm90/kernel.cuh"
 #include "cuda/sm90/launch_cluster.h"
@@ -89,11 +90,6 @@ void launch_sm90_decode(const AttentionParams& params, const CUtensorMap& map_q,
                                              params.stream, map_q, map_k, map_v, params,
                                              kv_split));
 }
-
-// The smallest head_dim whose serving-layout decode runs the decode kernel at any batch: at
-// d64 the general persistent kernel read a contiguous cache slightly faster
-// (run_sm90_forward_configured).
-inline constexpr int kSm90ServingDecodeAnyBatchMinHeadDim = 128;
 
 // SMs a launch may fill: the validated call's (the device's less FLASHCORE_SM_MARGIN), else the
 // current device's (dev/ sweeps that fill AttentionParams themselves).
@@ -215,28 +211,11 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     }
   };
   if constexpr (Config::kPacksGroups) {
-    // Calls whose tiles hold at most one slab of rows and need no more CTAs than SMs (decode:
-    // batch-1 split, or up to batch 16 of GQA 4:1 unsplit) run the decode kernel, one warpgroup
-    // per tile and split, on the same tiles, splits and workspace. So do gathered caches (small
-    // pages) of any batch, in waves: their copies need the decode kernel's producer warps (the
-    // general kernel's producer is one warp of 24-40 registers). Those warps ran TMA-box caches
-    // faster than the general persistent kernel too, so the serving layouts' calls with a dense q
-    // take the decode kernel at any batch from head_dim 128 up; at d64, and in the dense layout,
-    // whose decode kernel issues its loads from a consumer thread, the general kernel stays as
-    // fast or faster (docs/kernels.md, runs 223-224). A packed (varlen) q keeps the general
-    // kernel there: its tile's sequence is found by a walk over the sequences, which a CTA of
-    // one tile would start from the first. The decode kernel claims no tiles, so those calls
-    // zero no tile counters.
-    // The decode kernel gathers larger pages than the general kernel (Sm90ServingDecodeLayout).
-    constexpr bool kServing = std::is_same_v<Layout, Sm90ServingLayout>;
-    using DecodeLayout = std::conditional_t<kServing, Sm90ServingDecodeLayout, Layout>;
-    constexpr bool kDecodeKernelAtAnyBatch =
-        kServing && Config::kHeadDim >= kSm90ServingDecodeAnyBatchMinHeadDim;
-    const bool decode_grid = (kDecodeKernelAtAnyBatch && params.cu_seqlens_q == nullptr) ||
-                             num_tiles <= num_sms ||
-                             DecodeLayout::template kv_gathered<Config::kBlockN>(params);
-    if (decode_grid &&
-        int64_t(params.seqlen_q) * params.group_size() <= Config::kRowsPerConsumer) {
+    // The decode kernel claims no tiles, so the calls it runs zero no tile counters.
+    using DecodeLayout = Sm90DecodeLayoutOf<Layout>;
+    if (sm90_packed_call_runs_decode_kernel<Layout, Config::kHeadDim, Config::kBlockN,
+                                            Config::kRowsPerConsumer>(params, num_tiles,
+                                                                      num_sms)) {
       if (kv_split.splits > 1) {
         launch_sm90_decode<Config, DecodeLayout, kCausal, true>(params, map_q, map_k, map_v,
                                                                 kv_split, num_tiles);
