@@ -407,6 +407,26 @@ TEST_P(GpuServingBackend, PagedDecodePage1MoreTilesThanSms) {
   run_and_check(GetParam(), s, 4);
 }
 
+// Decode over a contiguous cache and over 64-token pages (one TMA box a page) with more tiles
+// than SMs: the sm90 decode kernel takes KV caches with a dense q at any batch from d128 up
+// (decode_dispatch.h), in waves. Lengths from 1 key to 700, every 4th sequence checked.
+ServingShape cache_decode_in_waves(KvLayout kv) {
+  std::vector<int> q(64, 1), k(64);
+  for (int b = 0; b < 64; ++b) k[b] = 1 + (b * 97) % 700;
+  ServingShape s = make_shape(kv, q, k, 16, 4, 128, DType::kBFloat16, true);
+  s.packed_q = false, s.append = true, s.seqlen_new = 1;
+  if (kv == KvLayout::kPaged) s.page_size = 64;
+  return s;
+}
+
+TEST_P(GpuServingBackend, ContiguousCacheDecodeMoreTilesThanSms) {
+  run_and_check(GetParam(), cache_decode_in_waves(KvLayout::kCache), 4);
+}
+
+TEST_P(GpuServingBackend, PagedDecodePage64MoreTilesThanSms) {
+  run_and_check(GetParam(), cache_decode_in_waves(KvLayout::kPaged), 4);
+}
+
 // Index values that are wrong (pages past the cache both ways, cache_seqlens past the capacity
 // and negative, decreasing cu_seqlens) give wrong answers but no access outside the tensors: the
 // call completes and the guard bytes around the k cache are untouched (run it under memcheck to

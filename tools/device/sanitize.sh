@@ -66,8 +66,12 @@ cases=(
   "--layout paged --page-size 16 --seqlens 40,300,17 --seqlen-q 20 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
   "--layout paged --page-size 1 --seqlens 70,1,200 --heads-q 16 --heads-kv 2 --head-dim 64"
   "--layout paged --page-size 1 --batch 40 --seqlen-k 150 --heads-q 16 --heads-kv 4 --head-dim 128"
-  # Decode over 16-token pages: a TMA box a page, in the 384-thread decode CTAs.
+  # Decode over 16-token pages, gathered by the 384-thread decode CTAs (fewer than 32 rows a
+  # box); over 64-token pages and a contiguous cache in TMA boxes, in the same CTAs at more tiles
+  # than SMs (decode_dispatch.h: KV caches with a dense q from d128 up).
   "--layout paged --page-size 16 --batch 40 --seqlen-k 300 --heads-q 16 --heads-kv 4 --head-dim 128"
+  "--layout paged --page-size 64 --batch 40 --seqlen-k 300 --heads-q 16 --heads-kv 4 --head-dim 128"
+  "--layout cache --batch 40 --seqlen-k 300 --heads-q 16 --heads-kv 4 --head-dim 128"
   "--layout paged --page-size 2 --seqlens 90,3,161 --heads-q 8 --heads-kv 2 --head-dim 256"
   "--layout cache --seqlens 33,250 --heads-q 8 --heads-kv 8 --head-dim 256"
 )
