@@ -2,8 +2,8 @@
 dense call (flashcore.torch.attention), a contiguous cache and paged caches of every page size
 issue 25 asks to be fast, 256 down to 1 (attention_with_kvcache). Every layout holds the same
 keys and values, so the layouts' times compare the K/V addressing alone; issue 25 asks paged
-decode at 95% of the contiguous cache's rate. The pages of every sequence are a random permutation of the pool, as a server's
-free list leaves them.
+decode at 95% of the contiguous cache's rate. The pages of every sequence are a random
+permutation of the pool, as a server's free list leaves them.
 
     PYTHONPATH=<build>/python python3 dev/sm90/paged_decode_graph_timing.py [--json out.json]
         [--page-sizes 256,128,64,32,16,1]
