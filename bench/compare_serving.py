@@ -9,9 +9,11 @@ timing as compare.py's (CUDA events, or --timing graph: replays of a CUDA graph 
 TFLOPS, decode rows the K/V read rate in TB/s (every key of every sequence read once). A paged
 cache hands its pages out in a shuffled order, as a server's free list would.
 
-A varlen row of equal-length sequences also times FlashCore's dense call on the same tensors in
-the same interleaved rounds (its "dense twin"), and its ratio against dense comes from those
-rounds: rows timed minutes apart can meet different clock regimes (docs/kernels.md, run 211).
+A row also times FlashCore on what issue 25 measures it against, on the same tensors, in the
+same interleaved rounds (its "twin"), and takes its ratio from those rounds: a varlen row of
+equal-length sequences the dense call, a contiguous cache the dense call, a paged cache the
+contiguous one. Rows timed apart meet different clocks and neighbours: an FA3 cell of 345 us
+between FlashCore's replays moved them by up to 6% (docs/kernels.md, runs 211 and 222).
 """
 import sys
 
@@ -26,8 +28,8 @@ FA3_NO_PAGED = ("FA3's fa3-fwd wheel has no paged KV; FA3's paged decode needs f
 # Sequences of a varlen row that are checked: the shortest ones whole, the longest on sampled
 # rows (compare_accuracy.Checker picks them).
 CHECKED_SEQUENCES = 4
-# The timing name of an implementation's dense twin (FlashCoreServing.dense_twin).
-DENSE_TWIN = " dense twin"
+# The timing name of an implementation's twin (FlashCoreServing.twin) is its own and this.
+TWIN = " twin"
 
 
 def _cu(lengths, device):
@@ -125,20 +127,27 @@ class FlashCoreServing:
                                          inputs.cache_seqlens, page_table=inputs.page_table,
                                          **common)
 
-    def dense_twin(self, inputs):
-        """The dense call on the sequences of an equal-length varlen row (its packed q, k and v
-        viewed as [batch, seqlen, heads, d]), as a function of no arguments; None for other
-        rows."""
+    def twin(self, inputs):
+        """(label, call of no arguments) of the row's twin, the call it is measured against on
+        the same keys: for an equal-length varlen row the dense call on its sequences (the
+        packed q, k and v viewed as [batch, seqlen, heads, d]), for a contiguous cache the dense
+        call, for a paged cache the contiguous one; None for the others."""
         config = inputs.config
-        if (config.layout != grid.VARLEN or len(set(config.lengths_q)) != 1
-                or len(set(config.lengths_k)) != 1):
-            return None
-        batch = config.batch
-        q = inputs.q.view(batch, inputs.max_q, *inputs.q.shape[1:])
-        k = inputs.k.view(batch, inputs.max_k, *inputs.k.shape[1:])
-        v = inputs.v.view(batch, inputs.max_k, *inputs.v.shape[1:])
-        return lambda: self.module.attention(q, k, v, causal=config.causal,
-                                             backend=self._backend())
+        common = dict(causal=config.causal, backend=self._backend())
+        if config.layout == grid.VARLEN:
+            if len(set(config.lengths_q)) != 1 or len(set(config.lengths_k)) != 1:
+                return None
+            batch = config.batch
+            q = inputs.q.view(batch, inputs.max_q, *inputs.q.shape[1:])
+            k = inputs.k.view(batch, inputs.max_k, *inputs.k.shape[1:])
+            v = inputs.v.view(batch, inputs.max_k, *inputs.v.shape[1:])
+            return "dense", lambda: self.module.attention(q, k, v, **common)
+        if config.layout == grid.CONTIGUOUS:
+            return "dense", lambda: self.module.attention(inputs.q, inputs.k, inputs.v, **common)
+        if config.layout == grid.PAGED:
+            return "contiguous", lambda: self.module.attention_with_kvcache(
+                inputs.q, inputs.k, inputs.v, inputs.cache_seqlens, **common)
+        return None
 
 
 class Fa3Serving:
@@ -225,7 +234,7 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
                 poisoned = torch.full_like(inputs.q, float("nan"))
                 out, lse = impl.call(inputs, out=poisoned, return_lse=True)
                 fn = lambda impl=impl: impl.call(inputs)  # noqa: E731
-                twin = impl.dense_twin(inputs)
+                twin = impl.twin(inputs)
             else:
                 out, lse = impl.call(inputs), None
                 fn = lambda impl=impl: impl.call(inputs)  # noqa: E731
@@ -233,23 +242,24 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
                 torch.cuda.synchronize()
             result.update(check(inputs, out, lse, check_rows))
             result["status"] = "ok" if result["pass"] else "FAIL"
-            if twin is not None:  # the same sequences: both kernels should agree to the bit
-                result["dense_twin_max_diff"] = float(
-                    (twin().reshape(out.shape).float() - out.float()).abs().max())
+            if twin is not None:  # the same keys: recorded, not judged (kernels may differ)
+                result["twin"], twin_call = twin
+                result["twin_max_diff"] = float(
+                    (twin_call().reshape(out.shape).float() - out.float()).abs().max())
             del out, lse
             timed_fn, calls = _timed_fn(fn, settings, on_gpu)
             timed.append((impl.name, timed_fn, None, calls))
             if twin is not None:
-                twin_fn, twin_calls = _timed_fn(twin, settings, on_gpu)
-                timed.append((impl.name + DENSE_TWIN, twin_fn, None, twin_calls))
+                twin_fn, twin_calls = _timed_fn(twin_call, settings, on_gpu)
+                timed.append((impl.name + TWIN, twin_fn, None, twin_calls))
         except Exception as error:  # a backend refusing the layout, out of memory, ...
             result.update(status="n/a", reason=compare_runner.short_reason(error))
     timings = compare_runner.time_interleaved(timed, settings.warmup, settings.iters,
                                               settings.budget_s, settings.rounds, on_gpu)
     for name, timing in timings.items():
-        if name.endswith(DENSE_TWIN):
+        if name.endswith(TWIN):
             if "error" not in timing:
-                results[name[:-len(DENSE_TWIN)]]["dense_same_rounds_ms"] = timing["median_ms"]
+                results[name[:-len(TWIN)]]["twin_same_rounds_ms"] = timing["median_ms"]
             continue
         if "error" in timing:
             results[name].update(status="n/a", reason="timing: " + timing["error"])
@@ -281,7 +291,7 @@ def _lengths(config):
 def ratios(records, name):
     """Per record, what the issue asks of `name` (the first flashcore column): speed against
     FA3 on the same row, and its figure of merit (TFLOPS for varlen prefill, K/V TB/s for
-    decode) against its dense twin timed in the same rounds, or else the dense row of the same
+    decode) against its twin timed in the same rounds, or else the dense row of the same
     sequence lengths, or else its group's first dense row of its dtype."""
     first_dense, same_lengths = {}, {}
     for record in records:
@@ -299,9 +309,9 @@ def ratios(records, name):
                 text.append(f"{fa3['median_ms'] / ours['median_ms']:.2f}x FA3")
             base = same_lengths.get(_lengths(config),
                                     first_dense.get((config.group, config.dtype)))
-            if ours.get("dense_same_rounds_ms"):
-                text.append(f"{ours['dense_same_rounds_ms'] / ours['median_ms']:.2f}x dense "
-                            f"b{config.batch}, same rounds")
+            if ours.get("twin_same_rounds_ms"):
+                text.append(f"{ours['twin_same_rounds_ms'] / ours['median_ms']:.2f}x "
+                            f"{ours['twin']} b{config.batch}, same rounds")
             elif base is not None and base is not record:
                 theirs = base["results"].get(name, {})
                 if theirs.get("status") == "ok":

@@ -111,24 +111,28 @@ def test_ratios_pair_a_varlen_row_with_the_dense_row_of_its_lengths():
     assert notes[1] == "-" and notes[5] == "-"
 
 
-def test_an_equal_length_varlen_row_is_set_against_its_dense_twin_of_the_same_rounds():
+def test_a_row_is_set_against_its_twin_of_the_same_rounds():
     pytest.importorskip("torch")
     import compare_serving
 
-    configs = [c for c in grid.serving_configs() if c.group == "varlen"]
+    configs = [c for c in grid.serving_configs() if c.group in ("varlen", "decode")]
     ragged, dense_b2, packed_b2 = configs[:3]
+    paged = next(c for c in configs if c.layout == grid.PAGED)
     records = [{"config_obj": config, "results": {"flashcore": result}} for config, result in (
         (ragged, {"status": "ok", "median_ms": 1.2, "tflops": 1.0}),
         (dense_b2, {"status": "ok", "median_ms": 1.6, "tflops": 1.0}),
         # The dense row, minutes away, read 1.6 ms; the twin in the varlen row's rounds 1.7.
-        (packed_b2, {"status": "ok", "median_ms": 1.75, "tflops": 1.0,
-                     "dense_same_rounds_ms": 1.7}))]
+        (packed_b2, {"status": "ok", "median_ms": 1.75, "tflops": 1.0, "twin": "dense",
+                     "twin_same_rounds_ms": 1.7}),
+        (paged, {"status": "ok", "median_ms": 0.37, "kv_tb_s": 1.0, "twin": "contiguous",
+                 "twin_same_rounds_ms": 0.355}))]
     notes = compare_serving.ratios(records, "flashcore")
     assert notes[2] == "0.97x dense b2, same rounds"
+    assert notes[3] == "0.96x contiguous b64, same rounds"
     assert "same rounds" not in notes[0]  # the ragged batch has no twin
 
 
-def test_only_equal_length_varlen_rows_have_a_dense_twin():
+def test_twins_are_the_calls_issue_25_measures_each_layout_against():
     pytest.importorskip("torch")
     import compare_serving
 
@@ -136,20 +140,40 @@ def test_only_equal_length_varlen_rows_have_a_dense_twin():
 
     class Module:
         def attention(self, q, k, v, causal, backend):
-            calls.append((tuple(q.shape), tuple(k.shape), tuple(v.shape), causal, backend))
+            calls.append(("attention", tuple(q.shape), tuple(k.shape), tuple(v.shape), causal,
+                          backend))
+            return q
+
+        def attention_with_kvcache(self, q, k_cache, v_cache, cache_seqlens, causal, backend):
+            calls.append(("cache", tuple(q.shape), tuple(k_cache.shape), tuple(v_cache.shape),
+                          causal, backend))
             return q
 
     impl = compare_serving.FlashCoreServing(Module(), "cpu")
-    configs = [c for c in grid.SERVING_GRIDS["serving-tiny"][1](("bf16",))
-               if c.group == "varlen" or c.layout == grid.CONTIGUOUS]
+    configs = grid.SERVING_GRIDS["serving-tiny"][1](("bf16",))
     twins = {}
     for config in configs:
         inputs = compare_serving.Inputs(config, "cpu", seed=0)
-        twins[config.describe()] = impl.dense_twin(inputs)
-    ragged, dense_b2, packed_b2 = configs[:3]
-    assert twins[ragged.describe()] is None and twins[dense_b2.describe()] is None
-    assert all(twin is None for name, twin in twins.items() if "contiguous" in name)
-    twins[packed_b2.describe()]()
+        twins[config] = impl.twin(inputs)
+    varlen = [c for c in configs if c.group == "varlen"]
+    ragged, dense_b2, packed_b2 = varlen[:3]
+    assert twins[ragged] is None and twins[dense_b2] is None
+    assert all(twins[c] is None for c in configs if c.layout == grid.DENSE)
+    label, call = twins[packed_b2]
+    call()
     (batch, length), heads = (packed_b2.batch, packed_b2.lengths_q[0]), packed_b2.heads_q
-    assert calls == [((batch, length, heads, 128), (batch, length, 8, 128),
-                      (batch, length, 8, 128), True, "cpu")]
+    assert label == "dense" and calls == [("attention", (batch, length, heads, 128),
+                                           (batch, length, 8, 128), (batch, length, 8, 128),
+                                           True, "cpu")]
+    # A contiguous cache against the dense call, a paged one against the contiguous cache, on
+    # the row's own dense keys [batch, keys, 8, 128].
+    for config in configs:
+        if config.layout not in (grid.CONTIGUOUS, grid.PAGED):
+            continue
+        calls.clear()
+        label, call = twins[config]
+        call()
+        shape = (config.batch, config.lengths_k[0], 8, 128)
+        kind = "attention" if config.layout == grid.CONTIGUOUS else "cache"
+        assert label == ("dense" if config.layout == grid.CONTIGUOUS else "contiguous")
+        assert calls == [(kind, (config.batch, 1, 32, 128), shape, shape, True, "cpu")]
