@@ -6,9 +6,9 @@ layouts' and the dtypes' ratios come from one run.
 
     PYTHONPATH=<build>/python python3 dev/sm90/varlen_graph_timing.py [--json out.json]
 
-Shapes: GQA 32 / 8 heads, d128, causal, equal-length batches b8 x 2048 and b2 x 8192, and the
-serving grid's ragged batch (varlen only). The dtypes' inputs hold the same values. Each varlen
-output is checked against the dense call's.
+Shapes: the serving grid's (bench/compare_serving_grid.py): GQA 32 / 8 heads, d128, causal,
+equal-length batches b2 x 8192 and b8 x 2048, and the ragged batch (varlen only). The dtypes'
+inputs hold the same values. Each varlen output is checked against the dense call's.
 """
 import argparse
 import sys
@@ -19,12 +19,11 @@ import flashcore.torch as fct
 
 # decode_graph_timing puts bench/ on sys.path, where compare_serving_grid lives.
 from decode_graph_timing import capture, time_graphs, write_run
-from compare_serving_grid import (HEAD_DIM, HEADS_KV, HEADS_Q, VARLEN, VARLEN_LENGTHS,
-                                  ServingConfig)
+from compare_serving_grid import (EQUAL_LENGTH_BATCHES, HEAD_DIM, HEADS_KV, HEADS_Q, VARLEN,
+                                  VARLEN_LENGTHS, ServingConfig)
 
 REPLAYS = 3  # timed replays of a graph per round
 ROUNDS = 8  # at least; rounded up to whole balanced squares
-SHAPES = [(8, 2048), (2, 8192)]  # equal-length batches (batch, seqlen)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Same sums in another tile order: a few roundings of the output's largest values.
 MAX_DIFF_OF_LARGEST = 2e-2
@@ -71,7 +70,8 @@ def main():
     args = parser.parse_args()
     gen = torch.Generator(device="cuda").manual_seed(0)
     records, failed = [], False
-    shapes = [((seqlen,) * batch, True) for batch, seqlen in SHAPES] + [(VARLEN_LENGTHS, False)]
+    shapes = [((seqlen,) * batch, True) for batch, seqlen in EQUAL_LENGTH_BATCHES]
+    shapes.append((VARLEN_LENGTHS, False))
     for lengths, equal in shapes:
         calls = calls_of(lengths, equal, gen)
         errors = {}

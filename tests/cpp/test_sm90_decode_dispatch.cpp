@@ -17,10 +17,10 @@ constexpr int kBlockN = 128;
 constexpr int kRows = 64;  // one consumer's slab
 constexpr int kSms = 132;
 
-// A decode step: one query of 32 heads over 8 KV heads (4 rows a packed tile), b64 x 4096 keys.
-AttentionParams decode_step() {
+// A decode step: one query of 32 heads over 8 KV heads (4 rows a packed tile), 4096 keys.
+AttentionParams decode_step(int batch = 64) {
   AttentionParams params;
-  params.batch = 64;
+  params.batch = batch;
   params.heads_q = 32;
   params.heads_kv = 8;
   params.seqlen_q = 1;
@@ -28,47 +28,53 @@ AttentionParams decode_step() {
   params.head_dim = 128;
   return params;
 }
-constexpr int64_t kManyTiles = 64 * 8;  // more than the SMs: waves
-constexpr int64_t kFewTiles = 16 * 8;
+
+// The launch's tiles: one per sequence and KV head while a group's rows fit one slab.
+int64_t packed_tiles(const AttentionParams& params) {
+  const int64_t rows = int64_t(params.seqlen_q) * params.group_size();
+  return (rows + kRows - 1) / kRows * params.batch * params.heads_kv;
+}
 
 template <class Layout, int kHeadDim>
-bool decode_kernel(const AttentionParams& params, int64_t tiles) {
-  return sm90_packed_call_runs_decode_kernel<Layout, kHeadDim, kBlockN, kRows>(params, tiles,
-                                                                              kSms);
+bool decode_kernel(const AttentionParams& params) {
+  return sm90_packed_call_runs_decode_kernel<Layout, kHeadDim, kBlockN, kRows>(
+      params, packed_tiles(params), kSms);
 }
 
 TEST(Sm90DecodeDispatch, TilesThatFitTheSmsRunTheDecodeKernelInEveryLayout) {
-  const AttentionParams params = decode_step();
-  EXPECT_TRUE((decode_kernel<Sm90DenseLayout, 64>(params, kFewTiles)));
-  EXPECT_TRUE((decode_kernel<Sm90DenseLayout, 128>(params, kSms)));
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 64>(params, kFewTiles)));
+  const AttentionParams params = decode_step(/*batch=*/16);  // 128 tiles
+  ASSERT_LE(packed_tiles(params), kSms);
+  EXPECT_TRUE((decode_kernel<Sm90DenseLayout, 64>(params)));
+  EXPECT_TRUE((decode_kernel<Sm90DenseLayout, 128>(params)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 64>(params)));
 }
 
 TEST(Sm90DecodeDispatch, DenseCallsInWavesKeepTheGeneralKernel) {
-  const AttentionParams params = decode_step();
-  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 64>(params, kManyTiles)));
-  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 128>(params, kManyTiles)));
-  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 256>(params, kManyTiles)));
+  const AttentionParams params = decode_step();  // 512 tiles
+  ASSERT_GT(packed_tiles(params), kSms);
+  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 64>(params)));
+  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 128>(params)));
+  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 256>(params)));
 }
 
 TEST(Sm90DecodeDispatch, KvCachesWithADenseQRunTheDecodeKernelAtAnyBatchFromD128) {
   const AttentionParams params = decode_step();  // a contiguous cache or TMA-box pages
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params, kManyTiles)));
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 256>(params, kManyTiles)));
-  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 64>(params, kManyTiles)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 256>(params)));
+  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 64>(params)));
 }
 
 TEST(Sm90DecodeDispatch, APackedQInWavesKeepsTheGeneralKernelUnlessGathered) {
   static const int32_t kCuSeqlens[2] = {0, 1};  // only its presence matters here
   AttentionParams params = decode_step();
   params.cu_seqlens_q = kCuSeqlens;
-  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params, kManyTiles)));
+  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params)));
   static const int32_t kPageTable[1] = {0};
   params.page_table = kPageTable;
   params.page_size = 16;  // gathered by the decode kernel (fewer than 32 rows a box)
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params, kManyTiles)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params)));
   params.page_size = 64;  // TMA boxes
-  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params, kManyTiles)));
+  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params)));
 }
 
 TEST(Sm90DecodeDispatch, GatheredCachesRunTheDecodeKernelAtAnyHeadDim) {
@@ -76,16 +82,17 @@ TEST(Sm90DecodeDispatch, GatheredCachesRunTheDecodeKernelAtAnyHeadDim) {
   AttentionParams params = decode_step();
   params.page_table = kPageTable;
   params.page_size = 1;
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 64>(params, kManyTiles)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 64>(params)));
 }
 
 TEST(Sm90DecodeDispatch, TilesOfMoreThanOneSlabRunTheGeneralKernel) {
-  AttentionParams params = decode_step();
-  params.seqlen_q = 17;  // 68 rows a tile at 4 heads a group
-  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params, kFewTiles)));
-  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 128>(params, kFewTiles)));
+  AttentionParams params = decode_step(/*batch=*/8);
+  params.seqlen_q = 17;  // 68 rows at 4 heads a group: two slabs, 128 tiles that fit the SMs
+  ASSERT_LE(packed_tiles(params), kSms);
+  EXPECT_FALSE((decode_kernel<Sm90ServingLayout, 128>(params)));
+  EXPECT_FALSE((decode_kernel<Sm90DenseLayout, 128>(params)));
   params.seqlen_q = 16;  // 64 rows: one slab
-  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params, kManyTiles)));
+  EXPECT_TRUE((decode_kernel<Sm90ServingLayout, 128>(params)));
 }
 
 }  // namespace

@@ -208,10 +208,10 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     // in the dense kernels. (FP8: the transposer zeroes those rows before it writes V^T,
     // v_transpose.cuh.)
     if constexpr (kComputes && !Config::kTransposesV) {
-      const int keys = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
-      if (Layout::kv_tail_may_hold_garbage(params) && keys < Config::kBlockN) {
+      const int garbage_row = sm90_v_garbage_row<Config, Layout>(params, tile, n_block);
+      if (garbage_row < Config::kBlockN) {
         mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
-        sm90_zero_v_rows<Config>(smem.v_tile(ring.stage), keys, thread_in_warpgroup,
+        sm90_zero_v_rows<Config>(smem.v_tile(ring.stage), garbage_row, thread_in_warpgroup,
                                  sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, consumer));
       }
     }

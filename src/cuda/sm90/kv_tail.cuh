@@ -51,19 +51,27 @@ __device__ __forceinline__ int sm90_keys_in_block(const AttentionParams& params,
   return keys < Config::kBlockN ? keys : Config::kBlockN;
 }
 
-// Zeroes the rows of V block `n_block` (at `v_block`) that hold no key of the tile's sequence,
-// where the layout says such rows may hold anything; nothing for layouts that never do (compiled
-// out) and for blocks wholly inside the sequence (only the block of its last key has such rows).
+// The first row of V block `n_block` that holds no key of the tile's sequence and may hold
+// anything, or kBlockN when none may: kBlockN for layouts that fill such rows with zeros (folded
+// at compile time) and for blocks wholly inside the sequence (only the block of its last key
+// has such rows).
+template <class Config, class Layout>
+__device__ __forceinline__ int sm90_v_garbage_row(const AttentionParams& params,
+                                                  const Sm90Tile& tile, int n_block) {
+  if (!Layout::kv_tail_may_hold_garbage(params)) return Config::kBlockN;
+  return sm90_keys_in_block<Config, Layout>(params, tile, n_block);
+}
+
+// Zeroes the rows of V block `n_block` (at `v_block`) from sm90_v_garbage_row on, if any.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_zero_v_past_keys(uint8_t* v_block,
                                                       const AttentionParams& params,
                                                       const Sm90Tile& tile, int n_block,
                                                       int thread_in_warpgroup,
                                                       uint32_t barrier_id) {
-  if (!Layout::kv_tail_may_hold_garbage(params)) return;
-  const int keys_in_block = sm90_keys_in_block<Config, Layout>(params, tile, n_block);
-  if (keys_in_block == Config::kBlockN) return;
-  sm90_zero_v_rows<Config>(v_block, keys_in_block, thread_in_warpgroup, barrier_id);
+  const int first_row = sm90_v_garbage_row<Config, Layout>(params, tile, n_block);
+  if (first_row == Config::kBlockN) return;
+  sm90_zero_v_rows<Config>(v_block, first_row, thread_in_warpgroup, barrier_id);
 }
 
 }  // namespace flashcore::detail
