@@ -112,12 +112,14 @@ class FlashCoreServing:
     def __init__(self, module, backend, name="flashcore"):
         self.module, self.backend, self.name = module, backend, name
 
-    def _backend(self):
-        return None if self.backend in (None, "auto") else self.backend
+    def _options(self, config, **kwargs):
+        """The keyword arguments every call of the row takes: its mask and backend."""
+        backend = None if self.backend in (None, "auto") else self.backend
+        return dict(causal=config.causal, backend=backend, **kwargs)
 
     def call(self, inputs, **kwargs):
         config, fc = inputs.config, self.module
-        common = dict(causal=config.causal, backend=self._backend(), **kwargs)
+        common = self._options(config, **kwargs)
         if config.layout == grid.VARLEN:
             return fc.attention_varlen(inputs.q, inputs.k, inputs.v, inputs.cu_q, inputs.cu_k,
                                        inputs.max_q, inputs.max_k, **common)
@@ -133,7 +135,7 @@ class FlashCoreServing:
         packed q, k and v viewed as [batch, seqlen, heads, d]), for a contiguous cache the dense
         call, for a paged cache the contiguous one; None for the others."""
         config = inputs.config
-        common = dict(causal=config.causal, backend=self._backend())
+        common = self._options(config)
         if config.layout == grid.VARLEN:
             if len(set(config.lengths_q)) != 1 or len(set(config.lengths_k)) != 1:
                 return None
