@@ -350,7 +350,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ClusterRows,
 // ones run the 512 row's kernel at lengths it otherwise never sees: a 24-head Flux-like call
 // (2816 tokens: 4 waves of 128-row tiles on 132 SMs against 3 of 192), 1k in the standard grid's
 // 16 x 16 heads, and small calls (one wave either way) with tails in both sequences, GQA,
-// BHSD views, large inputs and head_dim 96.
+// BHSD views, large inputs and head_dim 96. Causal d128 chunks likewise run the 2048 row's.
 class GpuSm90WavePeers : public ::testing::TestWithParam<DType> {};
 
 TEST_P(GpuSm90WavePeers, MatchesReferenceWhereThePeerRuns) {
@@ -361,6 +361,10 @@ TEST_P(GpuSm90WavePeers, MatchesReferenceWhereThePeerRuns) {
       {make_shape(4097, 3001, 8, 2, false)},
       {make_shape(600, 700, 4, 4, false, 2), Layout::kBHSD},
       {make_shape(1500, 1500, 4, 1, false), Layout::kBSHD, kLargeStddev},
+      // d128 causal chunks above 2k query rows whose keys are at least twice their queries
+      // (sm90_causal_tiles_even): the 2048 row's 128-row tiles, tails in both sequences.
+      {make_shape(2100, 4300, 4, 1, true)},
+      {make_shape(2500, 5001, 4, 2, true)},
   };
   run_sm90_cases(cases, GetParam(), 128);
   Sm90Case padded{make_shape(3000, 2999, 4, 2, false)};

@@ -67,6 +67,35 @@ TEST(Sm90WavePeer, PicksTheRowThatRanFasterOnTheTimedShapes) {
   }
 }
 
+// The d128 causal row above 2k and its peer, as the launcher chooses between them: the waves
+// only where the tiles are about as long as one another (sm90_causal_tiles_even).
+bool causal_peer_chosen(int batch, int seqlen_q, int seqlen_k, int heads) {
+  const int row_index = sm90_row_count(128, true) - 1;  // the kAnySeqlen row
+  const Sm90TuningRow row = sm90_tuning_row(128, true, row_index);
+  if (row.wave_peer < 0 || !sm90_causal_tiles_even(seqlen_q, seqlen_k)) return false;
+  const Sm90TuningRow peer = sm90_tuning_row(128, true, row.wave_peer);
+  const int block_m = row.consumers * kSm90RowsPerConsumer;
+  const int peer_block_m = peer.consumers * kSm90RowsPerConsumer;
+  const auto tiles = [&](int rows) {
+    return int64_t(batch) * heads * ((seqlen_q + rows - 1) / rows);
+  };
+  return sm90_wave_peer_ends_sooner(tiles(block_m), block_m, tiles(peer_block_m), peer_block_m,
+                                    row.wave_peer_cost_pct, kH100Sms);
+}
+
+TEST(Sm90WavePeer, CausalRowsCountWavesOnlyForEvenTiles) {
+  EXPECT_FALSE(sm90_causal_tiles_even(4096, 4096));
+  EXPECT_FALSE(sm90_causal_tiles_even(2048, 4095));
+  EXPECT_TRUE(sm90_causal_tiles_even(2048, 4096));
+  // Run 232 (docs/kernels.md): Llama-3-8B's 4k chunk of 32k keys (32 query heads) ran 0.98x as
+  // fast in 192-row tiles, 704 of them (5.3 waves on 132 SMs) against 1024 (7.8).
+  EXPECT_TRUE(causal_peer_chosen(1, 4096, 32768, 32));
+  // Prefills whose queries are their keys keep the 192-row tiles at any wave count.
+  EXPECT_FALSE(causal_peer_chosen(1, 4096, 4096, 32));
+  EXPECT_FALSE(causal_peer_chosen(2, 3000, 3000, 28));
+  EXPECT_FALSE(causal_peer_chosen(1, 16384, 16384, 16));
+}
+
 TEST(Sm90WavePeer, WavesAndTies) {
   EXPECT_EQ(sm90_tile_waves(576, 132), 5);  // Flux: 4 full waves and 48 tiles
   EXPECT_EQ(sm90_tile_waves(528, 132), 4);

@@ -23,6 +23,11 @@ cases=(
   # (causal d128).
   "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 32 --heads-kv 8 --head-dim 64"
   "--batch 2 --seqlen-q 600 --seqlen-k 600 --heads-q 32 --heads-kv 8 --head-dim 128 --causal"
+  # d128 causal above 2k (three consumers, tiles claimed): 2100 rows are 11 blocks of 192, the
+  # first from row -12; and a chunk of 2100 queries over 4300 keys, which runs the 128-row tiles
+  # of the 2048 row (its waves: sm90_causal_tiles_even).
+  "--batch 1 --seqlen-q 2100 --seqlen-k 2100 --heads-q 16 --heads-kv 4 --head-dim 128 --causal"
+  "--batch 1 --seqlen-q 2100 --seqlen-k 4300 --heads-q 4 --heads-kv 1 --head-dim 128 --causal"
   # d128 non-causal above 1k (three consumers); 1030 = 5 x 192 + 70 leaves the last tile's third
   # consumer without a row (sm90_pass_tile_overlapped), as 700 does for d64 above.
   "--batch 1 --seqlen-q 1030 --seqlen-k 1030 --heads-q 32 --heads-kv 8 --head-dim 128"

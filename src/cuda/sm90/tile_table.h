@@ -155,10 +155,21 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy},
-    // n128 at every length since the softmax starts beside its own P V: above 4k it ran 1.02-1.05x
-    // as fast as n160 (docs/kernels.md, run 133).
-    { 128, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+    // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
+    // consumers at n128: above 4k they ran 1.02-1.05x as fast as n160 (docs/kernels.md, run 133).
+    { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy},
+    // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
+    // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
+    // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there).
+    // At 8 MiB sections the 16-head calls ran 1-4% slower under ncu: theirs held a head or two,
+    // fewer tiles than SMs (docs/kernels.md, runs 231-234). A chunked prefill's tiles are about
+    // as long as one another, so their waves count (wave_peer.h, sm90_causal_tiles_even): the
+    // n128 row's 128-row tiles fill them better at Llama-3-8B's 4k of 32k.
+    { 128, true,   kAnySeqlen,  80, 2, 3, sm90_table::kPers, 32,
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/1,
+       /*wave_peer_cost_pct=*/103},
     // d256 keeps the softmax after its P V: split into masked and unmasked loops its causal row
     // ran 0.97-0.98x as fast, its non-causal row 1.00x (docs/kernels.md, runs 132 and 140).
     // Causal: 16 MiB L2 sections. At 8, a section held one head's 64 tiles at 8k (two heads' at

@@ -26,6 +26,15 @@ constexpr bool sm90_wave_peer_ends_sooner(int64_t tiles, int block_m, int64_t pe
          sm90_tile_waves(tiles, ctas) * block_m * 100;
 }
 
+// Whether a causal launch's tiles are about as long as one another, so that its waves bound it
+// as above. A causal tile's keys grow with its query block, and the claiming scheduler hands the
+// longest out first, so CTAs end within a short tile of one another whatever the tile count;
+// but where the queries are the last of many more keys (a chunked prefill) every tile sees
+// nearly all of them. Here: the first query block sees at least half the keys of the last.
+constexpr bool sm90_causal_tiles_even(int64_t seqlen_q, int64_t seqlen_k) {
+  return seqlen_k >= 2 * seqlen_q;
+}
+
 // FLASHCORE_SM90_WAVE_PEERS=0 turns the choice off, so that every call runs its bucket's row
 // (the GPU tests of the rows themselves); read once per process.
 inline bool sm90_wave_peers_enabled() {
