@@ -22,19 +22,26 @@ struct TimedShape {
   bool peer_ran_faster;  // run 187: the 128-row tiles' time over the 192-row ones' < 1
 };
 
-// Dense non-causal tiles: batch x heads x query blocks.
-int64_t dense_tiles(const TimedShape& s, int block_m) {
-  return int64_t(s.batch) * s.heads * ((s.seqlen + block_m - 1) / block_m);
+// Dense tiles: batch x heads x query blocks.
+int64_t dense_tiles(int batch, int heads, int seqlen_q, int block_m) {
+  return int64_t(batch) * heads * ((seqlen_q + block_m - 1) / block_m);
+}
+
+// Whether the launcher runs row `row_index`'s wave peer for a dense d128 call, on an H100.
+bool peer_chosen(bool causal, int row_index, int batch, int seqlen_q, int seqlen_k, int heads) {
+  const Sm90TuningRow row = sm90_tuning_row(128, causal, row_index);
+  if (row.wave_peer < 0) return false;
+  const Sm90TuningRow peer = sm90_tuning_row(128, causal, row.wave_peer);
+  const int block_m = row.consumers * kSm90RowsPerConsumer;
+  const int peer_block_m = peer.consumers * kSm90RowsPerConsumer;
+  return sm90_wave_peer_chosen(causal, seqlen_q, seqlen_k,
+                               dense_tiles(batch, heads, seqlen_q, block_m), block_m,
+                               dense_tiles(batch, heads, seqlen_q, peer_block_m), peer_block_m,
+                               row.wave_peer_cost_pct, kH100Sms);
 }
 
 bool peer_chosen(const TimedShape& s, int row_index) {
-  const Sm90TuningRow row = sm90_tuning_row(128, false, row_index);
-  const Sm90TuningRow peer = sm90_tuning_row(128, false, row.wave_peer);
-  const int block_m = row.consumers * kSm90RowsPerConsumer;
-  const int peer_block_m = peer.consumers * kSm90RowsPerConsumer;
-  return sm90_wave_peer_ends_sooner(dense_tiles(s, block_m), block_m,
-                                    dense_tiles(s, peer_block_m), peer_block_m,
-                                    row.wave_peer_cost_pct, kH100Sms);
+  return peer_chosen(/*causal=*/false, row_index, s.batch, s.seqlen, s.seqlen, s.heads);
 }
 
 // The bucket's row index for a d128 non-causal call (rows ascend by max_seqlen_q).
@@ -67,20 +74,10 @@ TEST(Sm90WavePeer, PicksTheRowThatRanFasterOnTheTimedShapes) {
   }
 }
 
-// The d128 causal row above 2k and its peer, as the launcher chooses between them: the waves
-// only where the tiles are about as long as one another (sm90_causal_tiles_even).
+// The d128 causal call's choice between the row above 2k and its peer (the last row).
 bool causal_peer_chosen(int batch, int seqlen_q, int seqlen_k, int heads) {
-  const int row_index = sm90_row_count(128, true) - 1;  // the kAnySeqlen row
-  const Sm90TuningRow row = sm90_tuning_row(128, true, row_index);
-  if (row.wave_peer < 0 || !sm90_causal_tiles_even(seqlen_q, seqlen_k)) return false;
-  const Sm90TuningRow peer = sm90_tuning_row(128, true, row.wave_peer);
-  const int block_m = row.consumers * kSm90RowsPerConsumer;
-  const int peer_block_m = peer.consumers * kSm90RowsPerConsumer;
-  const auto tiles = [&](int rows) {
-    return int64_t(batch) * heads * ((seqlen_q + rows - 1) / rows);
-  };
-  return sm90_wave_peer_ends_sooner(tiles(block_m), block_m, tiles(peer_block_m), peer_block_m,
-                                    row.wave_peer_cost_pct, kH100Sms);
+  return peer_chosen(/*causal=*/true, sm90_row_count(128, true) - 1, batch, seqlen_q, seqlen_k,
+                     heads);
 }
 
 TEST(Sm90WavePeer, CausalRowsCountWavesOnlyForEvenTiles) {

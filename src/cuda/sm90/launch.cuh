@@ -260,10 +260,10 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
     using Peer = Sm90TableConfig<kHeadDim, kCausal, kWavePeer, kDType, /*kPacksGroups=*/false,
                                  kOutDType, kComputedHeadDim>;
     if (sm90_wave_peers_enabled() &&
-        (!kCausal || sm90_causal_tiles_even(params.seqlen_q, params.seqlen_k)) &&
-        sm90_wave_peer_ends_sooner(sm90_num_tiles<Config, Layout>(params), Config::kBlockM,
-                                   sm90_num_tiles<Peer, Layout>(params), Peer::kBlockM,
-                                   Config::kRow.wave_peer_cost_pct, sm90_launch_sms(params))) {
+        sm90_wave_peer_chosen(kCausal, params.seqlen_q, params.seqlen_k,
+                              sm90_num_tiles<Config, Layout>(params), Config::kBlockM,
+                              sm90_num_tiles<Peer, Layout>(params), Peer::kBlockM,
+                              Config::kRow.wave_peer_cost_pct, sm90_launch_sms(params))) {
       run_sm90_forward_configured<Peer, kCausal, Layout>(params);
       return;
     }

@@ -165,7 +165,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // At 8 MiB sections the 16-head calls ran 1-4% slower under ncu: theirs held a head or two,
     // fewer tiles than SMs (docs/kernels.md, runs 231-234). A chunked prefill's tiles are about
     // as long as one another, so their waves count (wave_peer.h, sm90_causal_tiles_even): the
-    // n128 row's 128-row tiles fill them better at Llama-3-8B's 4k of 32k.
+    // n128 row's 128-row tiles fill them better at Llama-3-8B's 4k of 32k. The peer's cost a
+    // query row, 103%: under ncu the n128 row took 1.018-1.030x this row's time where both fill
+    // every SM (16 heads at 4k / 16k, Llama-3-8B 4k; run 233).
     { 128, true,   kAnySeqlen,  80, 2, 3, sm90_table::kPers, 32,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/1,

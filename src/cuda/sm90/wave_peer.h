@@ -26,13 +26,27 @@ constexpr bool sm90_wave_peer_ends_sooner(int64_t tiles, int block_m, int64_t pe
          sm90_tile_waves(tiles, ctas) * block_m * 100;
 }
 
+// Keys a query at least, for a causal launch's tiles to count as about as long as one another:
+// with twice as many keys as queries the first query block sees at least half the keys of the
+// last (a chunked prefill). Fewer, and the tiles run from a block's keys to all of them.
+constexpr int64_t kSm90EvenCausalKeysPerQuery = 2;
+
 // Whether a causal launch's tiles are about as long as one another, so that its waves bound it
 // as above. A causal tile's keys grow with its query block, and the claiming scheduler hands the
 // longest out first, so CTAs end within a short tile of one another whatever the tile count;
-// but where the queries are the last of many more keys (a chunked prefill) every tile sees
-// nearly all of them. Here: the first query block sees at least half the keys of the last.
+// but where the queries are the last of many more keys every tile sees nearly all of them.
 constexpr bool sm90_causal_tiles_even(int64_t seqlen_q, int64_t seqlen_k) {
-  return seqlen_k >= 2 * seqlen_q;
+  return seqlen_k >= kSm90EvenCausalKeysPerQuery * seqlen_q;
+}
+
+// The launcher's choice for a dense call of a row with a wave peer: the peer where its tiles end
+// sooner, and for a causal call only where the waves bound it (sm90_causal_tiles_even).
+constexpr bool sm90_wave_peer_chosen(bool causal, int64_t seqlen_q, int64_t seqlen_k,
+                                     int64_t tiles, int block_m, int64_t peer_tiles,
+                                     int peer_block_m, int peer_cost_pct, int ctas) {
+  return (!causal || sm90_causal_tiles_even(seqlen_q, seqlen_k)) &&
+         sm90_wave_peer_ends_sooner(tiles, block_m, peer_tiles, peer_block_m, peer_cost_pct,
+                                    ctas);
 }
 
 // FLASHCORE_SM90_WAVE_PEERS=0 turns the choice off, so that every call runs its bucket's row
