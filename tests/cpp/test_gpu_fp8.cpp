@@ -86,8 +86,10 @@ std::vector<Fp8Case> cases_for(int d) {
     cases.push_back({fp8_shape(300, 333, 8, 2, d, causal, 2)});
     cases.push_back({fp8_shape(257, 257, 8, 1, d, causal, 2)});
     cases.push_back({fp8_shape(1000, 1000, 16, 4, d, causal, 4)});
-    // Past 2048 query rows (d128: the 192-key row), keys ending mid-block both ways.
+    // Past 2048 query rows (d128: the 192-key row; d64: the 160-key row), keys ending mid-block,
+    // and (2081 = 13 x 160 + 1) the first block a consumer takes holding one key.
     cases.push_back({fp8_shape(2100, 2300, 4, 2, d, causal)});
+    if (!causal) cases.push_back({fp8_shape(2100, 2081, 4, 2, d, causal)});
     // Large inputs (std 30): scores far apart, P mostly tiny or exactly 0 in e4m3.
     cases.push_back({fp8_shape(512, 512, 2, 1, d, causal), Layout::kBSHD, kLargeStddev});
     cases.push_back({fp8_shape(129, 700, 4, 2, d, causal), Layout::kBSHD, kLargeStddev});

@@ -204,7 +204,7 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   for (bool causal : {false, true}) {
     EXPECT_EQ(sm90_row_count(128, causal, 1), 2);  // n128 up to 2k, n192 above
     EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
-    EXPECT_EQ(sm90_row_count(64, causal, 1), 1);
+    EXPECT_EQ(sm90_row_count(64, causal, 1), 2);  // n128 up to 2k, n160 above
   }
   // FP8 d64 has rows of its own on d128 tiles (128-byte rows of zero-filled columns), computing
   // its 64 columns: three consumers fit 160 registers each, O in a buffer of its own.
@@ -213,6 +213,11 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   static_assert(D64::kConsumerWarpgroups == 3 && D64::kConsumerRegisters == 160);
   EXPECT_EQ(D64::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
   EXPECT_LE(D64::kSmemBytes, D64::kMaxSmemBytes);
+  // Above 2k, 160-key blocks: V^T in two 128-key column blocks, the second holding 32 keys.
+  using D64Long = Sm90TableConfig<64, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  static_assert(D64Long::kBlockN == 160 && D64Long::kConsumerWarpgroups == 3);
+  EXPECT_EQ(D64Long::kVtTileBytes, 2 * 128 * 128);
+  EXPECT_LE(D64Long::kSmemBytes, D64Long::kMaxSmemBytes);
   using D128 = Sm90TableConfig<128, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
   using D256 = Sm90TableConfig<256, true, 0, DType::kFloat8E4M3, false, DType::kFloat16>;
   static_assert(D128::kTransposesV && D256::kTransposesV);

@@ -120,6 +120,9 @@ struct Sm90TileConfig {
   // in 16 bits, BLOCK_N / 8 in fp8.
   // The FP8 V transpose (v_transpose.cuh) runs in 24 registers too (d256: two words spilled a
   // stage, and the TMA thread one 8-byte word a K/V block).
+  // Three consumers may pass 160 by this much: the estimate's ~40 is generous there, and the fp8
+  // d64 n160 row (estimate 172) compiles its consumers into 160 without a spill (ptxas -v).
+  static constexpr int kThreeConsumerEstimateSlack = 12;
   static constexpr int kConsumerRegisterEstimate =
       kComputedHeadDim / 2 + kBlockN / 2 + kBlockN * Element::kBytes / 8 + 40;
   static constexpr bool kWideConsumers = kConsumerRegisterEstimate > 232;
@@ -127,7 +130,8 @@ struct Sm90TileConfig {
       kConsumerWarpgroups == 3 ? 24 : kWideConsumers ? 24 : 40;
   static constexpr int kConsumerRegisters =
       kConsumerWarpgroups == 3 ? 160 : kWideConsumers ? 240 : 232;
-  static_assert(kConsumerWarpgroups == 2 || kConsumerRegisterEstimate <= 160 + 8,
+  static_assert(kConsumerWarpgroups == 2 ||
+                    kConsumerRegisterEstimate <= 160 + kThreeConsumerEstimateSlack,
                 "three consumers leave 160 registers each: O + S + P of this tile do not fit");
 
   // The row's switches (tile_table.h says what each does).

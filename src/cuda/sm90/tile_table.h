@@ -191,6 +191,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              registers O 32 + S 64 + P 16 + ~40 = 152 of 160. 1.13x as fast as the d128
     //              row (2 consumers) computing 64 columns; with the FMA-pipe exponentials 1.09x,
     //              with turns 1.10x (run 147)
+    //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 32) KB + O
+    //              48 KB = 216 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
+    //              ptxas fits the consumers without a spill. 5% fewer instructions a score: at
+    //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
@@ -211,10 +215,16 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   take turns, ran their causal configs 0.98x with it; runs 146 and 148). In d256 the row
     //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
     //   1.006x or more (run 176; the 16-bit d256 rows 0.996x).
-    {  64, false,  kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+    {  64, false,  2048,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
-    {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+    {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    {  64, true,   2048,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    {  64, true,   kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
