@@ -10,9 +10,10 @@ On the device machine, one launch of each kernel (docs/kernels.md, runs 207 and 
 
 Roles: the producer warpgroup's code follows its register release (USETMAXREG.DEALLOC); the
 rest is the consumers', of which the step loop is the body of the backward branch that holds
-wgmma (HGMMA) and branches back most often. Printed: each role's stall samples by reason, the barrier waits'
-samples and retries (SYNCS TRYWAIT: the try and the retry loop elsewhere), and the blocks of
-aligned instructions (difflib over opcodes) whose samples differ most.
+wgmma (HGMMA; QGMMA in fp8) and branches back most often. Printed: each role's stall samples by
+reason, the barrier waits' samples and retries (SYNCS TRYWAIT: the try and the retry loop
+elsewhere), and the blocks of aligned instructions (difflib over opcodes) whose samples differ
+most.
 """
 import argparse
 import collections
@@ -61,7 +62,7 @@ class Kernel:
             if first is None or first not in index or first >= instruction["address"]:
                 continue
             body = self.instructions[index[first]:n + 1]
-            if any("HGMMA" in i["text"] for i in body):
+            if any(re.search(r"\b[HQ]GMMA", i["text"]) for i in body):
                 executed = instruction["executed"]
                 if best is None or executed > best[0]:
                     best = (executed, first, instruction["address"])
