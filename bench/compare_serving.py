@@ -9,6 +9,11 @@ timing as compare.py's (CUDA events, or --timing graph: replays of a CUDA graph 
 TFLOPS, decode rows the K/V read rate in TB/s (every key of every sequence read once). A paged
 cache hands its pages out in a shuffled order, as a server's free list would.
 
+fp8 rows (issue 26; the varlen group, compare_serving_grid.FP8_GROUPS): q, k, v drawn in float32
+and quantized per (sequence, kv head) with descale = amax / 448, FlashCore and FA3's FP8 varlen
+on the same codes and descales, bf16 out, checked by the FP8 rule (compare_accuracy.Fp8Checker)
+and the bound of 1.5x FA3 FP8's error on the same inputs.
+
 A row also times FlashCore on what issue 25 measures it against, on the same tensors, in the
 same interleaved rounds (its "twin"), and takes its ratio from those rounds: a varlen row of
 equal-length sequences the dense call, a contiguous cache the dense call, a paged cache the
@@ -42,14 +47,19 @@ def _cu(lengths, device):
 class Inputs:
     """The tensors of one row. q is packed [total_q, hq, d] for varlen rows, else dense
     [batch, sq, hq, d]; keys are drawn once as dense per-sequence tensors and laid out as the
-    row asks (a contiguous or paged cache holds exactly the same values)."""
+    row asks (a contiguous or paged cache holds exactly the same values). fp8 rows hold e4m3
+    codes and `descales` (q_descale, k_descale, v_descale: float32 [batch, heads_kv], one per
+    sequence and kv head); 16-bit rows an empty `descales`."""
 
     def __init__(self, config, device, seed):
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        dtype = compare_runner.TORCH_DTYPES[config.dtype]
+        fp8 = config.dtype == grid.FP8
+        dtype = torch.float32 if fp8 else compare_runner.TORCH_DTYPES[config.dtype]
         hq, hkv, d = config.heads_q, config.heads_kv, config.head_dim
         randn = lambda *shape: torch.randn(*shape, generator=gen).to(device, dtype)  # noqa: E731
         self.config = config
+        self.descales = {}
+        self.out_dtype = compare_runner.FP8_OUT if fp8 else dtype
         self.cu_q, self.cu_k = _cu(config.lengths_q, device), _cu(config.lengths_k, device)
         self.max_q, self.max_k = max(config.lengths_q), max(config.lengths_k)
         uniform = len(set(config.lengths_q)) == 1 and len(set(config.lengths_k)) == 1
@@ -57,11 +67,17 @@ class Inputs:
             self.q = randn(sum(config.lengths_q), hq, d)
             total_k = sum(config.lengths_k)
             self.k, self.v = randn(total_k, hkv, d), randn(total_k, hkv, d)
+            if fp8:
+                self._quantize_packed()
             return
         assert uniform, config
+        assert not fp8 or config.layout == grid.DENSE, config  # FP8_GROUPS
         batch, sq, sk = config.batch, self.max_q, self.max_k
         self.q = randn(batch, sq, hq, d)
         self.k, self.v = randn(batch, sk, hkv, d), randn(batch, sk, hkv, d)
+        if fp8:
+            self._quantize(lambda x: compare_accuracy.quantize_fp8(x, hkv))
+            return
         self.cache_seqlens = torch.full((batch,), sk, dtype=torch.int32, device=device)
         self.page_table = None
         if config.layout == grid.PAGED:
@@ -73,6 +89,33 @@ class Inputs:
             self.v_cache = self._paged(self.v, width, page)
         else:
             self.k_cache, self.v_cache = self.k, self.v
+
+    def _quantize(self, quantize):
+        """q, k and v as e4m3 codes by `quantize` (tensor -> (codes, descale [batch, hkv]))."""
+        for name in ("q", "k", "v"):
+            codes, self.descales[name + "_descale"] = quantize(getattr(self, name))
+            setattr(self, name, codes)
+
+    def _quantize_packed(self):
+        """Packed q, k and v quantized sequence by sequence (compare_accuracy.quantize_fp8 on
+        each sequence's rows): a descale per (sequence, kv head), as FA3's varlen takes them."""
+        hkv = self.config.heads_kv
+
+        def quantize(x):
+            offsets = self.cu_q if x is self.q else self.cu_k
+            codes, descales = [], []
+            for b in range(self.config.batch):
+                rows = x[int(offsets[b]):int(offsets[b + 1])][None]
+                code, descale = compare_accuracy.quantize_fp8(rows, hkv)
+                codes.append(code[0])
+                descales.append(descale)
+            return torch.cat(codes), torch.cat(descales)
+
+        self._quantize(quantize)
+
+    def sequence_descales(self, b):
+        """The descales of sequence b ([1, heads_kv] each), for its checker."""
+        return {name: d[b:b + 1] for name, d in self.descales.items()}
 
     def _paged(self, dense, width, page):
         """The pages of `dense` [batch, sk, hkv, d] at the page table's slots."""
@@ -119,7 +162,7 @@ class FlashCoreServing:
 
     def call(self, inputs, **kwargs):
         config, fc = inputs.config, self.module
-        common = self._options(config, **kwargs)
+        common = self._options(config, **kwargs, **inputs.descales)
         if config.layout == grid.VARLEN:
             return fc.attention_varlen(inputs.q, inputs.k, inputs.v, inputs.cu_q, inputs.cu_k,
                                        inputs.max_q, inputs.max_k, **common)
@@ -135,7 +178,7 @@ class FlashCoreServing:
         packed q, k and v viewed as [batch, seqlen, heads, d]), for a contiguous cache the dense
         call, for a paged cache the contiguous one; None for the others."""
         config = inputs.config
-        common = self._options(config)
+        common = self._options(config, **inputs.descales)
         if config.layout == grid.VARLEN:
             if len(set(config.lengths_q)) != 1 or len(set(config.lengths_k)) != 1:
                 return None
@@ -155,7 +198,7 @@ class FlashCoreServing:
 class Fa3Serving:
     """FA3 where its wheel has the layout: flash_attn_varlen_func for varlen rows,
     flash_attn_func for dense ones, flash_attn_with_kvcache for a contiguous cache; no paged
-    cache; bf16 only (the wheel is built without fp16)."""
+    cache; bf16, and fp8 with the row's descales (the wheel is built without fp16)."""
 
     name = "fa3"
 
@@ -165,7 +208,7 @@ class Fa3Serving:
     def refusal(self, config):
         if self.module is None:
             return f"FA3 not installed ({self.import_error})"
-        if config.dtype != "bf16":
+        if config.dtype not in ("bf16", grid.FP8):
             return f"the fa3-fwd wheel has no {config.dtype} forward"
         if config.layout == grid.PAGED:
             return FA3_NO_PAGED
@@ -176,14 +219,15 @@ class Fa3Serving:
         if config.layout == grid.VARLEN:
             result = self.module.flash_attn_varlen_func(
                 inputs.q, inputs.k, inputs.v, inputs.cu_q, inputs.cu_k, inputs.max_q,
-                inputs.max_k, softmax_scale=scale, causal=config.causal)
+                inputs.max_k, softmax_scale=scale, causal=config.causal, **inputs.descales)
         elif config.layout == grid.CONTIGUOUS:
             result = self.module.flash_attn_with_kvcache(
                 inputs.q, inputs.k_cache, inputs.v_cache, cache_seqlens=inputs.cache_seqlens,
                 softmax_scale=scale, causal=config.causal)
         else:
             result = self.module.flash_attn_func(inputs.q, inputs.k, inputs.v,
-                                                 softmax_scale=scale, causal=config.causal)
+                                                 softmax_scale=scale, causal=config.causal,
+                                                 **inputs.descales)
         return result[0] if isinstance(result, tuple) else result
 
 
@@ -197,12 +241,18 @@ def import_fa3_module():
 
 
 def check(inputs, out, lse, max_rows):
-    """The BENCHMARKS.md rule on the checked sequences; lse None checks out only."""
+    """The BENCHMARKS.md rule (fp8 rows: the FP8 rule) on the checked sequences; lse None
+    checks out only."""
     config = inputs.config
     result = {"pass": True, "max_err_out": 0.0, "sequences_checked": []}
+    scale = config.head_dim ** -0.5
     for b, q, k, v in inputs.sequences():
-        checker = compare_accuracy.Checker(q, k, v, config.causal, config.head_dim ** -0.5,
-                                           max_rows)
+        if inputs.descales:
+            checker = compare_accuracy.Fp8Checker(q, k, v, inputs.sequence_descales(b),
+                                                  config.causal, scale, max_rows,
+                                                  inputs.out_dtype)
+        else:
+            checker = compare_accuracy.Checker(q, k, v, config.causal, scale, max_rows)
         out_b, lse_b = sequence_output(config, inputs, out, lse, b)
         got = checker.check(out_b, lse_b)
         result["pass"] = result["pass"] and got["pass"]
@@ -233,7 +283,8 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
         try:
             twin = None
             if isinstance(impl, FlashCoreServing):
-                poisoned = torch.full_like(inputs.q, float("nan"))
+                poisoned = torch.full(inputs.q.shape, float("nan"), dtype=inputs.out_dtype,
+                                      device=inputs.q.device)
                 out, lse = impl.call(inputs, out=poisoned, return_lse=True)
                 fn = lambda impl=impl: impl.call(inputs)  # noqa: E731
                 twin = impl.twin(inputs)
@@ -256,6 +307,10 @@ def run_row(config, impls, settings, device, on_gpu, seed, check_rows):
                 timed.append((impl.name + TWIN, twin_fn, None, twin_calls))
         except Exception as error:  # a backend refusing the layout, out of memory, ...
             result.update(status="n/a", reason=compare_runner.short_reason(error))
+    if inputs.descales:  # issue 26's second bound, where FA3 ran
+        compare_accuracy.apply_fa3_fp8_bound(
+            {"results": results, "tol_out": float("inf")},
+            [impl.name for impl in impls if isinstance(impl, FlashCoreServing)])
     timings = compare_runner.time_interleaved(timed, settings.warmup, settings.iters,
                                               settings.budget_s, settings.rounds, on_gpu)
     for name, timing in timings.items():

@@ -40,7 +40,6 @@ def test_dtype_abbreviation_filters_and_mixes():
 
 @pytest.mark.parametrize("argv, message", [
     (["--dtypes", "fp4"], "--dtypes expects bf16, fp16 and/or fp8, got 'fp4'"),
-    (["--grid", "serving", "--dtypes", "fp8"], "--grid serving has no fp8 rows yet"),
 ])
 def test_bad_fp8_arguments(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

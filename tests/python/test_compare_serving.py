@@ -83,6 +83,66 @@ def test_list_prints_the_serving_rows_without_torch():
     assert lines[0].startswith("varlen varlen: lengths 8192+4096+")
 
 
+def test_fp8_rows_are_the_varlen_group_in_fp8():
+    bf16 = [c for c in grid.serving_configs() if c.group in grid.FP8_GROUPS]
+    fp8 = grid.serving_configs(("fp8",))
+    assert [(c.group, c.layout, c.lengths_q) for c in fp8] == \
+        [(c.group, c.layout, c.lengths_q) for c in bf16]
+    assert {c.dtype for c in fp8} == {"fp8"} and fp8[0].describe().endswith("d128 fp8 causal")
+    assert fp8[0].kv_bytes() * 2 == bf16[0].kv_bytes()  # one byte an element
+    args = compare.parse_args(["--grid", "serving", "--dtypes", "bf16,fp8"])
+    assert len(args.configs) == len(grid.serving_configs()) + len(fp8)
+
+
+def test_fp8_inputs_are_quantized_per_sequence_and_kv_head():
+    torch = pytest.importorskip("torch")
+    import compare_accuracy
+    import compare_serving
+
+    config = grid.SERVING_GRIDS["serving-tiny"][1](("fp8",))[0]  # the ragged batch, tiny
+    inputs = compare_serving.Inputs(config, "cpu", seed=0)
+    batch, hkv, group = config.batch, config.heads_kv, config.heads_q // config.heads_kv
+    assert inputs.out_dtype == torch.bfloat16
+    for name, codes, offsets, heads in (("q", inputs.q, inputs.cu_q, config.heads_q),
+                                        ("k", inputs.k, inputs.cu_k, hkv),
+                                        ("v", inputs.v, inputs.cu_k, hkv)):
+        assert codes.dtype == torch.float8_e4m3fn
+        descale = inputs.descales[name + "_descale"]
+        assert descale.shape == (batch, hkv) and descale.dtype == torch.float32
+        # descale = amax / 448 of each sequence's kv-head group: its largest code is +-448.
+        for b in range(batch):
+            rows = codes[int(offsets[b]):int(offsets[b + 1])].float()
+            per_head = rows.abs().reshape(rows.shape[0], hkv, heads // hkv, -1)
+            assert torch.all(per_head.amax(dim=(0, 2, 3)) == compare_accuracy.E4M3_MAX)
+    assert group == 4
+    b = 2
+    assert {n: d.shape for n, d in inputs.sequence_descales(b).items()} == \
+        {n: (1, hkv) for n in ("q_descale", "k_descale", "v_descale")}
+
+
+def test_an_fp8_varlen_row_on_the_cpu_backend_passes_the_fp8_rule():
+    torch = pytest.importorskip("torch")
+    flashcore = pytest.importorskip("flashcore")
+    import compare_serving
+
+    ragged, dense_b2, packed_b2 = grid.SERVING_GRIDS["serving-tiny"][1](("fp8",))[:3]
+    settings = type("Settings", (), dict(iters=1, warmup=0, budget_s=1.0, rounds=1,
+                                         timing="events", graph_calls=1))()
+    impl = compare_serving.FlashCoreServing(flashcore, "cpu")
+    for config in (ragged, dense_b2, packed_b2):
+        result = compare_serving.run_row(config, [impl], settings, "cpu", False, seed=1,
+                                         check_rows=8)["flashcore"]
+        assert result["status"] == "ok" and result["pass"], (config.describe(), result)
+        assert result["max_err_out"] > 0
+    assert result["twin"] == "dense" and result["twin_max_diff"] == 0.0
+    # Without v's descale the output is off by it: the FP8 rule fails the row.
+    inputs = compare_serving.Inputs(ragged, "cpu", seed=1)
+    inputs.descales.pop("v_descale")
+    out = impl.call(inputs)
+    inputs.descales = compare_serving.Inputs(ragged, "cpu", seed=1).descales
+    assert not compare_serving.check(inputs, out, None, 8)["pass"]
+
+
 def test_ratios_pair_a_varlen_row_with_the_dense_row_of_its_lengths():
     pytest.importorskip("torch")
     import compare_serving
