@@ -193,7 +193,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              with turns 1.10x (run 147)
     //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 32) KB + O
     //              48 KB = 216 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
-    //              ptxas fits the consumers without a spill. 5% fewer instructions a score: at
+    //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
     //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
