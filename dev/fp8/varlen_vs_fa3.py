@@ -20,25 +20,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import flashcore  # noqa: E402
 import fa3_fwd_interface as fa3  # noqa: E402
 from compare import GRAPH_CALLS  # noqa: E402
-from compare_accuracy import quantize_fp8  # noqa: E402
+from compare_accuracy import quantize_fp8_packed  # noqa: E402
 from compare_runner import balanced_rounds, capture_graph  # noqa: E402
 
 LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 # The dense comparison: the ragged batch's tokens as equal sequences of this length.
 EQUAL_LENGTH = 4096
-
-
-def quantize(x, lengths):
-    """e4m3 codes of packed x [total, heads, d] and float32 descales [batch, heads_kv], one per
-    (sequence, kv head): compare.py's quantization, sequence by sequence."""
-    codes, descales, start = [], [], 0
-    for n in lengths:
-        code, descale = quantize_fp8(x[start:start + n][None], HEADS_KV)
-        codes.append(code[0])
-        descales.append(descale)
-        start += n
-    return torch.cat(codes), torch.cat(descales)
 
 
 def graph_time(fn, replays):
@@ -73,7 +61,7 @@ def main(argv):
     q = torch.randn(total, HEADS_Q, HEAD_DIM, device="cuda")
     k = torch.randn(total, HEADS_KV, HEAD_DIM, device="cuda")
     v = torch.randn(total, HEADS_KV, HEAD_DIM, device="cuda")
-    (q8, qd), (k8, kd), (v8, vd) = (quantize(x, LENGTHS) for x in (q, k, v))
+    (q8, qd), (k8, kd), (v8, vd) = (quantize_fp8_packed(x, LENGTHS, HEADS_KV) for x in (q, k, v))
     longest = max(LENGTHS)
     descales = dict(q_descale=qd, k_descale=kd, v_descale=vd)
 
