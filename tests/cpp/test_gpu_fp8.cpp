@@ -9,14 +9,11 @@
 // The serving layouts (varlen, kv caches) in fp8: test_gpu_serving.cpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "api/kernel_registry.h"
-#include "cuda/sm90/kv_split_plan.h"
-#include "cuda/sm90/tile_table.h"
 #include "gpu_runner.h"
 
 namespace flashcore::test {
@@ -121,51 +118,6 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSm90Fp8, ::testing::Values(64, 96, 128, 25
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "d" + std::to_string(info.param);
                          });
-
-// The fp8 rows that run in thread-block clusters (tile_table.h cluster_m): two CTAs compute
-// m-blocks 2t and 2t + 1 of one (batch, head), each TMA-multicasts half of every K/V block into
-// both, and each CTA's transposer reads both halves of V and tells both producers when it has
-// (v_transpose.cuh). From the row's first length on: an odd m-block count (the second CTA of a
-// head's last cluster has no row but keeps the loads, the transposes and the barriers), a last
-// K/V block whose second half is empty or holds one key, one partial K/V block only, GQA and
-// MQA, more cluster tiles than fit at once, strided BHSD views, head_dim 96 on the 128 kernels,
-// and the previous row's longest length (unclustered).
-TEST(GpuSm90Fp8ClusterRows, MatchesTheFp8RuleAcrossTheRowsLengths) {
-  std::vector<Fp8Case> cases;
-  for (int head_dim : {64, 128, 256}) {
-    int served_above = 0;  // the previous row serves seqlen_q up to this
-    for (int i = 0; i < detail::sm90_row_count(head_dim, false, 1); ++i) {
-      const detail::Sm90TuningRow row = detail::sm90_tuning_row(head_dim, false, i, 1);
-      const int previous = served_above;
-      served_above = row.max_seqlen_q;
-      if (row.cluster_m < 2) continue;
-      const int bm = detail::kSm90RowsPerConsumer * row.consumers, bn = row.block_n;
-      const int first = previous + 1;
-      const int m_odd = ((first + bm - 1) / bm) | 1;  // an odd m-block count from `first` on
-      const int longer = std::max(first, 12 * bm + 1);
-      std::vector<Fp8Case> row_cases = {
-          {fp8_shape(first, first, 2, 1, head_dim, false)},
-          {fp8_shape(m_odd * bm, m_odd * bn + 1, 3, 3, head_dim, false)},
-          {fp8_shape(m_odd * bm + 1, m_odd * bn + bn / 2 + 1, 4, 1, head_dim, false, 2)},
-          {fp8_shape((m_odd + 2) * bm - 7, bn / 2 + 1, 8, 2, head_dim, false, 3)},
-          {fp8_shape(longer, longer, 16, 4, head_dim, false, 2)},
-          {fp8_shape(first + 100, first + 300, 4, 2, head_dim, false, 2), Layout::kBHSD},
-          {fp8_shape(previous > 0 ? previous : 1, previous > 0 ? previous : 1, 2, 1, head_dim,
-                     false)},
-      };
-      if (head_dim == 128) {  // 96 runs the 128 kernels
-        row_cases.push_back({fp8_shape(first + 7, first + 33, 4, 2, 96, false)});
-      }
-      cases.insert(cases.end(), row_cases.begin(), row_cases.end());
-    }
-  }
-  if (cases.empty()) GTEST_SKIP() << "no fp8 row of kSm90TuningTable runs in clusters";
-  for (const Fp8Case& c : cases) {
-    SCOPED_TRACE(c.shape.describe() + " " + to_string(c.layout));
-    run_and_check(c);
-    if (::testing::Test::IsSkipped()) return;
-  }
-}
 
 // Descales away from the quantization's own: the scores are scaled by q_descale * k_descale
 // (the softmax scale applies to the dequantized scores), out by v_descale; distinct factors per

@@ -81,24 +81,17 @@ __device__ __forceinline__ int sm90_cluster_rank() {
   return static_cast<int>(blockIdx.x % Sm90ClusterShape<Config, Layout>::kSize);
 }
 
-// Arrivals that release a stage the producer loads with multicast: every one of `threads`
-// readers of this CTA, and one lane per reader warp of every peer CTA (sm90_release_kv_stage).
-template <class Config, class Layout>
-FC_HOST_DEVICE constexpr uint32_t sm90_loaded_stage_arrivals(int threads) {
-  constexpr int kPeers = Sm90ClusterShape<Config, Layout>::kSize - 1;
-  return static_cast<uint32_t>(threads + kPeers * (threads / 32));
-}
-
-// Arrivals that release a K or V stage: the consumers read it (with V transposed, FP8: K only).
+// Arrivals that release a K or V stage: every consumer thread of this CTA, and one lane per
+// consumer warp of every peer CTA (sm90_release_kv_stage).
 template <class Config, class Layout>
 FC_HOST_DEVICE constexpr uint32_t sm90_kv_empty_arrivals() {
-  return sm90_loaded_stage_arrivals<Config, Layout>(Config::kConsumerThreads);
+  constexpr int kPeers = Sm90ClusterShape<Config, Layout>::kSize - 1;
+  return Config::kConsumerThreads + kPeers * (Config::kConsumerThreads / 32);
 }
 
-// A thread is done reading a stage that the producers of the cluster load (a consumer's wgmma
-// completed on K or V, or the FP8 transposer read V): it arrives on its own CTA's empty barrier
-// and, clustered, each warp's lane 0 (once every lane got here) on the peer's, whose producer
-// multicasts into this CTA's stage too.
+// A consumer thread is done reading a K or V stage (its wgmma completed): it arrives on its own
+// CTA's empty barrier and, clustered, each warp's lane 0 (once every lane got here) on the
+// peer's, whose producer multicasts into this CTA's stage too.
 template <class Config, class Layout>
 __device__ __forceinline__ void sm90_release_kv_stage(uint64_t* empty) {
   mbarrier_arrive(empty);
@@ -109,23 +102,6 @@ __device__ __forceinline__ void sm90_release_kv_stage(uint64_t* empty) {
       const uint32_t peer = static_cast<uint32_t>(sm90_cluster_rank<Config, Layout>() ^ 1);
       mbarrier_arrive_cluster(cluster_map_shared(smem_u32(empty), peer));
     }
-  }
-}
-
-// Arrivals that release what a consumer's P V reads: V (as K), or with V transposed (FP8) the
-// V^T stage, which only this CTA's transposer writes (v_transpose.cuh), so no peer arrives.
-template <class Config, class Layout>
-FC_HOST_DEVICE constexpr uint32_t sm90_pv_empty_arrivals() {
-  return Config::kTransposesV ? Config::kConsumerThreads : sm90_kv_empty_arrivals<Config, Layout>();
-}
-
-// A consumer thread is done reading its P V's stage (sm90_pv_empty_arrivals).
-template <class Config, class Layout>
-__device__ __forceinline__ void sm90_release_pv_stage(uint64_t* empty) {
-  if constexpr (Config::kTransposesV) {
-    mbarrier_arrive(empty);
-  } else {
-    sm90_release_kv_stage<Config, Layout>(empty);
   }
 }
 
@@ -171,7 +147,7 @@ __device__ __forceinline__ void sm90_cluster_producer_tail(const Sm90SmemLayout<
 #pragma unroll
     for (int i = 0; i < Config::kStages; ++i) {
       mbarrier_wait_parity(smem.k_empty(ring.stage), ring.phase ^ 1);
-      mbarrier_wait_parity(smem.v_load_empty(ring.stage), ring.phase ^ 1);
+      mbarrier_wait_parity(smem.v_empty(ring.stage), ring.phase ^ 1);
       ring.advance();
     }
   }

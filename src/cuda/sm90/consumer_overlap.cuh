@@ -109,7 +109,7 @@ __device__ __forceinline__ void sm90_pass_dead_blocks(const Sm90SmemLayout<Confi
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
     mbarrier_wait_parity(smem.pv_full(ring.stage), ring.phase);
-    sm90_release_pv_stage<Config, Layout>(smem.v_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();
   }
 }
@@ -260,7 +260,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
         fence_accumulators(o);
         sm90_trace(Sm90Event::kPvDone);
       }
-      sm90_release_pv_stage<Config, Layout>(smem.v_empty(previous.stage));
+      sm90_release_kv_stage<Config, Layout>(smem.v_empty(previous.stage));
       if constexpr (kComputes) {
         if (!Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
         accumulator_to_a_fragments<kDType>(s, p);
@@ -304,7 +304,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       fence_accumulators(o);
     }
     sm90_trace(Sm90Event::kPvDone);
-    sm90_release_pv_stage<Config, Layout>(smem.v_empty(ring.stage));
+    sm90_release_kv_stage<Config, Layout>(smem.v_empty(ring.stage));
     ring.advance();  // in step with the producer, which advanced after its last load
   } else if constexpr (Config::kTotalsUnderPv) {
     totals = Epilogue::row_totals(softmax, params, kv_split, tile, epilogue_row_begin,

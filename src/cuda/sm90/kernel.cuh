@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       mbarrier_init(smem.k_full(stage), arrivals);
       mbarrier_init(smem.v_full(stage), arrivals);
       mbarrier_init(smem.k_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
-      mbarrier_init(smem.v_empty(stage), sm90_pv_empty_arrivals<Config, Layout>());
+      mbarrier_init(smem.v_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
     }
 #pragma unroll
     for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer)
@@ -94,8 +94,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
 #pragma unroll
       for (int stage = 0; stage < Config::kStages; ++stage) {
         mbarrier_init(smem.vt_full(stage), kSm90TransposerThreads);
-        mbarrier_init(smem.v_raw_empty(stage),
-                      sm90_loaded_stage_arrivals<Config, Layout>(kSm90TransposerThreads));
+        mbarrier_init(smem.v_raw_empty(stage), kSm90TransposerThreads);
       }
       *smem.transposer_stop() = 0;
     }

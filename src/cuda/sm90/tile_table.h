@@ -220,7 +220,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/2, /*input_bytes=*/1},
+       /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   2048,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
@@ -232,7 +232,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/1},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},

@@ -33,7 +33,6 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/smem_descriptor.cuh"
 #include "cuda/ptx/stmatrix.cuh"
-#include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/kv_tail.cuh"
 #include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/paged_gather.cuh"
@@ -162,8 +161,7 @@ __device__ __forceinline__ void sm90_transpose_v(const Sm90SmemLayout<Config>& s
     sm90_transpose_v_stage<Config>(smem.v_tile(ring.stage), smem.vt_tile(ring.stage), thread);
     fence_proxy_async_shared();  // wgmma (the async proxy) reads what these stores wrote
     mbarrier_arrive(smem.vt_full(ring.stage));
-    // Clustered, both CTAs' producers load into this V stage: each warp's lane 0 tells the peer.
-    sm90_release_kv_stage<Config, Layout>(smem.v_raw_empty(ring.stage));
+    mbarrier_arrive(smem.v_raw_empty(ring.stage));
     ring.advance();
   }
 }
