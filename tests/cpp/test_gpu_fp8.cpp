@@ -9,6 +9,8 @@
 // The serving layouts (varlen, kv caches) in fp8: test_gpu_serving.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -118,6 +120,45 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSm90Fp8, ::testing::Values(64, 96, 128, 25
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "d" + std::to_string(info.param);
                          });
+
+// Lazy rescaling (the d128 non-causal rows): a row's max moves only once its scores pass it by
+// the element type's allowance, so P = exp2(s - stale max + 8) grows past 256, up to 2^8.75,
+// which e4m3 still holds (448). Scores that rise by 0.7 log2 units every 192 keys in the
+// order the consumers walk the blocks (last first) keep a max stale by up to 0.7 on every
+// other block; an allowance that let P pass 448 would clamp it (satfinite) and fail the rule.
+// q is all ones, key j holds m_j ones (the rest zeros), so its score is m_j x 0.1 in log2 units.
+TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
+  constexpr int kD = 128;
+  constexpr uint8_t kE4m3One = 0x38;               // sign 0, exponent 7 (bias 7), mantissa 0
+  constexpr double kLog2PerOne = 0.1;              // score of one matching element, log2 units
+  constexpr double kRisePerBlock = 0.7;            // under the 0.75 allowance
+  for (int seqlen : {1000, 2300}) {                // the 128-key row and the 192-key row
+    const testing::ProblemShape s = fp8_shape(seqlen, seqlen, 4, 2, kD, false);
+    const std::string reason = skip_reason(kD, false);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    const auto rising = [&](testing::HostTensors& in) {
+      std::fill(in.q.begin(), in.q.end(), kE4m3One);
+      std::fill(in.q_descale.begin(), in.q_descale.end(), 1.0f);
+      // exp2(m x kLog2PerOne) = exp(m x descale / sqrt(d)): the descale that makes it so.
+      const float k_descale = static_cast<float>(kLog2PerOne * std::sqrt(double(kD)) / M_LOG2E);
+      std::fill(in.k_descale.begin(), in.k_descale.end(), k_descale);
+      for (int key = 0; key < s.seqlen_k; ++key) {
+        const double rise = kRisePerBlock * (s.seqlen_k - 1 - key) / 192.0;
+        const int ones = std::min(kD, static_cast<int>(std::lround(rise / kLog2PerOne)));
+        for (int head = 0; head < s.heads_kv; ++head) {
+          uint8_t* row = in.k.data() + (size_t(key) * s.heads_kv + head) * kD;
+          for (int e = 0; e < kD; ++e) row[e] = e < ones ? kE4m3One : 0;
+        }
+      }
+    };
+    const GpuRun run = run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows,
+                                    nullptr, /*seed=*/7, rising);
+    std::printf("[sm90 fp8] %s rising scores: %s\n", s.describe().c_str(),
+                run.report.summary().c_str());
+    EXPECT_EQ(run.ran, Backend::kSM90);
+    EXPECT_TRUE(run.report.pass) << s.describe() << ": " << run.report.summary();
+  }
+}
 
 // Descales away from the quantization's own: the scores are scaled by q_descale * k_descale
 // (the softmax scale applies to the dequantized scores), out by v_descale; distinct factors per

@@ -250,7 +250,8 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
           mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                        rows.col_limit[1]);
         }
-        const float allowance = (!kLazy || step == 1) ? 0.0f : kStaleMaxLog2;
+        const float allowance =
+            (!kLazy || step == 1) ? 0.0f : Config::Element::kStaleMaxLog2;
         const bool moved =
             sm90_softmax_update<Config>(softmax, s, scale_log2, correction, allowance);
         if (kLazy) rescale = __any_sync(0xffffffff, moved);

@@ -61,20 +61,20 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
   }
 }
 
-// Lazy rescaling (FA4's): a row's scores may rise up to kStaleMaxLog2 (log2 units) above the
-// max its probabilities are taken against before that max moves and O is rescaled. Rows whose
-// max stays put, the common case after the first KV steps, skip the correction and O's
-// multiplies (the consumer skips them for a whole warp when none of its rows moved).
-// Probabilities then reach at most 2^8, far from fp32 overflow, and finalize() uses the same
-// max. Not free in precision: rounded to 16 bits, P above 1 carries more error into O than P
-// just below 1, where the eager max puts the largest term (exactly 1); the errors stay inside the
-// accuracy rule (docs/kernels.md has the figures).
+// Lazy rescaling (FA4's): a row's scores may rise up to an allowance (log2 units; the element
+// type's kStaleMaxLog2, tile_config.h) above the max its probabilities are taken against before
+// that max moves and O is rescaled. Rows whose max stays put, the common case after the first KV
+// steps, skip the correction and O's multiplies (the consumer skips them for a whole warp when
+// none of its rows moved). Probabilities then reach at most 2^allowance times their eager bound
+// (16 bits: 2^8, far from fp32 overflow; e4m3: below its 448), and finalize() uses the same max.
+// Not free in precision: rounded to 16 bits, P above 1 carries more error into O than P just
+// below 1, where the eager max puts the largest term (exactly 1); the errors stay inside the
+// accuracy rule (docs/kernels.md has the figures). e4m3's relative rounding is the same in every
+// binade of its normals, so a P up to 2^0.75 larger loses nothing there.
 // A consumer takes the KV tiles last first, and the last tile can hold a single key (257 = 2 x
 // 128 + 1; also the causal diagonal's first rows): the max it sets says little about the row, and
 // a lazy max from the second tile on let fp16 fail the rule. So the second tile's max is exact
 // too (allowance 0 at step 1); GpuSm90TileRows tests that case for every row of the table.
-constexpr float kStaleMaxLog2 = 8.0f;
-
 struct OnlineSoftmaxRows {
   float row_max[2] = {kNegInfinity, kNegInfinity};
   float row_sum[2] = {0.0f, 0.0f};  // this thread's columns only; quad-reduced in finalize()
@@ -83,7 +83,7 @@ struct OnlineSoftmaxRows {
   // O accumulator (and the running sum) must be rescaled (1 when the max did not move), and
   // whether any of this thread's rows moved.
   // `allowance`: how far the scores may rise above the row's max before it moves (0: eager,
-  // kStaleMaxLog2: lazy).
+  // the element type's kStaleMaxLog2: lazy).
   // kPOffsetLog2: the probabilities are taken as exp2(s - max + kPOffsetLog2), in
   // [0, 2^kPOffsetLog2] (FP8: Sm90ElementTraits); O and the sum carry the same factor, which
   // finalize() takes out of lse and which cancels in O / l.

@@ -32,10 +32,16 @@ struct Sm90ElementTraits {
   static constexpr bool kTransposesV = kDType == DType::kFloat8E4M3;
   // P = exp2(s - max + kPOffsetLog2) (softmax.cuh): in e4m3, P in [0, 256] instead of [0, 1], so
   // probabilities stay e4m3 normals down to 2^-14 instead of 2^-6, and round to zero below 2^-18
-  // instead of 2^-10 (FA3's FP8 takes the same offset). 256 leaves e4m3's 448 headroom only for
-  // an eager max: the lazy rescale lets P grow to 2^kStaleMaxLog2 more.
+  // instead of 2^-10 (FA3's FP8 takes the same offset).
   static constexpr int kPOffsetLog2 = kDType == DType::kFloat8E4M3 ? 8 : 0;
+  // How far a row's scores may rise above its max (log2 units) before the lazy rescale moves it
+  // (softmax.cuh): P then reaches 2^(kPOffsetLog2 + kStaleMaxLog2). 16 bits: 2^8, far from
+  // overflow. e4m3: 2^8.75 = 430, under its largest finite value, 448 = 2^8.807.
+  static constexpr float kStaleMaxLog2 = kDType == DType::kFloat8E4M3 ? 0.75f : 8.0f;
 };
+
+// log2 of e4m3's largest finite value, 448 (rounded down).
+constexpr float kE4m3MaxLog2 = 8.807f;
 
 // Bytes of an output element: O is fp16 or bf16 (fp8 inputs write either, params.out_dtype).
 constexpr int kSm90OutputBytes = 2;
@@ -137,8 +143,9 @@ struct Sm90TileConfig {
   // The row's switches (tile_table.h says what each does).
   static constexpr bool kRescaleUnderQk = kRow.has(Sm90Switch::kRescaleUnderQk);
   static constexpr bool kLazyRescale = kRow.has(Sm90Switch::kLazyRescale);
-  static_assert(!kLazyRescale || Element::kPOffsetLog2 == 0,
-                "an offset P (FP8) needs the eager max: a lazy one lets P pass e4m3's 448");
+  static_assert(Element::kType != DType::kFloat8E4M3 ||
+                    Element::kPOffsetLog2 + Element::kStaleMaxLog2 < kE4m3MaxLog2,
+                "a lazy max lets P pass e4m3's largest value");
   static constexpr bool kWarpMaskStart = kRow.has(Sm90Switch::kWarpMaskStart);
   static constexpr bool kSkipsDeadBlocks = kRow.has(Sm90Switch::kSkipDeadBlocks);
   static constexpr bool kPingPong = !kRow.has(Sm90Switch::kNoPingPong);
