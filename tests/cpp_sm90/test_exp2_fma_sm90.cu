@@ -1,7 +1,7 @@
 // Device test of exp2_fma (cuda/common/numeric.cuh), the FMA-pipe 2^x that the fp8 rows take for
-// one softmax exponential in kSm90FmaExpPeriod: relative error against std::exp2 over the range
-// the softmax feeds it (x <= 8 with the fp8 P offset), exact values where the softmax relies on
-// them (2^0, 2^8, and 0 for a masked -inf).
+// one softmax exponential in 8 or 16 (Sm90TuningRow::fma_exp_period): relative error against
+// std::exp2 over the range the softmax feeds it (x <= 8 with the fp8 P offset), exact values where
+// the softmax relies on them (2^0, 2^8, and 0 for a masked -inf).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

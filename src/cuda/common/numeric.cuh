@@ -65,10 +65,10 @@ __device__ __forceinline__ float log2_approx(float x) {
 }
 
 // 2^x on the FMA pipe, for softmaxes whose exponentials outnumber what the special-function unit
-// keeps up with beside the tensor cores (FP8: Sm90Switch::kFmaExp2). x is rounded to an integer j
-// by the 1.5 x 2^23 magic, 2^f for f = x - j in [-0.5, 0.5] is a cubic (relative error < 5.2e-4,
-// exactly 1 at f = 0; fitted for the relative error on [-0.5, 0.5]), and j is added to its
-// exponent bits: t's low mantissa bits hold j, the bits above shift out of the 32. Valid for
+// keeps up with beside the tensor cores (FP8: Sm90TuningRow::fma_exp_period). x is rounded to an
+// integer j by the 1.5 x 2^23 magic, 2^f for f = x - j in [-0.5, 0.5] is a cubic (relative error
+// < 5.2e-4, exactly 1 at f = 0; fitted for the relative error on [-0.5, 0.5]), and j is added to
+// its exponent bits: t's low mantissa bits hold j, the bits above shift out of the 32. Valid for
 // x <= 127; x <= -127 (a masked -inf included) gives exactly 0, -126 < x < -127 a subnormal.
 // 7 FMA-pipe and ALU instructions where ex2.approx is one MUFU.
 __device__ __forceinline__ float exp2_fma(float x) {

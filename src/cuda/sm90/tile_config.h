@@ -152,7 +152,8 @@ struct Sm90TileConfig {
   static constexpr bool kSoftmaxAfterPv = kRow.has(Sm90Switch::kSoftmaxAfterPv);
   static constexpr bool kTotalsUnderPv = kRow.has(Sm90Switch::kTotalsUnderPv);
   static constexpr bool kStepDescriptors = kRow.has(Sm90Switch::kStepDescriptors);
-  static constexpr int kFmaExpPeriod = kRow.has(Sm90Switch::kFmaExp2) ? kSm90FmaExpPeriod : 0;
+  static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
+  static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.
   static constexpr bool kSkipsRowlessConsumers =
       kPersistent && (kRow.has(Sm90Switch::kSkipRowlessConsumers) || kPacksGroups);

@@ -38,8 +38,7 @@ enum class Sm90Switch : unsigned {
   kSkipRowlessConsumers = 1u << 4,
   // The consumers issue their GEMMs without taking turns (no ping-pong, consumer_overlap.cuh).
   kNoPingPong = 1u << 5,
-  // One softmax exponential in kSm90FmaExpPeriod on the FMA pipe (exp2_fma) instead of MUFU.EX2.
-  kFmaExp2 = 1u << 6,
+  // (1u << 6: the FMA-pipe exponentials, now Sm90TuningRow::fma_exp_period.)
   // One loop over the KV steps that tests each block for the mask, which makes ptxas put the
   // P V wait at the top of the softmax (consumer_overlap.cuh); otherwise the masked and the
   // unmasked steps run as two loops and the softmax starts beside the consumer's own P V.
@@ -58,10 +57,6 @@ enum class Sm90Switch : unsigned {
   // the encoded descriptors (docs/kernels.md, runs 177-180).
   kStepDescriptors = 1u << 10,
 };
-// FP8 needs an exponential per score for half the tensor work of 16 bits, as many MUFU.EX2 cycles
-// as tensor cycles at d128: 1 in 8 on the FMA pipe ran the fp8 rows 1.03x as fast, 1 in 4 1.006x
-// (docs/kernels.md, run 126).
-constexpr int kSm90FmaExpPeriod = 8;
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
 }
@@ -95,6 +90,10 @@ struct Sm90TuningRow {
   // The peer's time per query row over this row's when both fill every SM, in percent: what
   // shorter tiles cost in the steady state (more tile boundaries, no cluster), measured.
   int wave_peer_cost_pct = 100;
+  // One 4-score chunk in this many takes its softmax exponentials on the FMA pipe (exp2_fma)
+  // instead of MUFU.EX2; 0: none. FP8 needs an exponential per score for half the tensor work of
+  // 16 bits: at d128 as many MUFU.EX2 cycles as tensor cycles, at d256 half as many.
+  int fma_exp_period = 0;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -117,7 +116,6 @@ constexpr Sm90Switch kWarpMask = Sm90Switch::kWarpMaskStart;
 constexpr Sm90Switch kDead = Sm90Switch::kSkipDeadBlocks;
 constexpr Sm90Switch kRowless = Sm90Switch::kSkipRowlessConsumers;
 constexpr Sm90Switch kNoPingPong = Sm90Switch::kNoPingPong;
-constexpr Sm90Switch kFmaExp = Sm90Switch::kFmaExp2;
 constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
 constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
 constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
@@ -213,7 +211,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              moved, 1.03-1.04x as fast at 4k-16k, 1.01x at 1k-2k; causal d128, d64 and d256
     //              within -4..+2% and not taken (run 253)
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
-    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d128 n224
+    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d256 with
+    //   1 in 16 1.008-1.011x over 1k-16k in two runs, none 0.969x, d128 with 1 in 16 1.001x,
+    //   none 0.988x (runs 255-256); d128 n224
     //   against n192: 0.952x at 24 / 240 registers (the producer spills), 0.972x at 40 / 232,
     //   where nothing spills (runs 183-184; 0.77x in run 119). In d256 only the storing
     //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
@@ -233,25 +233,31 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
+       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
     { 128, false,  kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
+       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
+       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
     { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kFmaExp |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
+       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1, /*wave_peer_cost_pct=*/100,
+       /*fma_exp_period=*/16},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong | sm90_table::kFmaExp |
+       sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1, /*wave_peer_cost_pct=*/100,
+       /*fma_exp_period=*/16},
     // clang-format on
 };
 
