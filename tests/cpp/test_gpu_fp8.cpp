@@ -133,6 +133,7 @@ TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
   constexpr uint8_t kE4m3One = 0x38;               // sign 0, exponent 7 (bias 7), mantissa 0
   constexpr double kLog2PerOne = 0.1;              // score of one matching element, log2 units
   constexpr double kRisePerBlock = 0.7;            // under the 0.75 allowance
+  constexpr double kLog2E = 1.4426950408889634;    // log2(e)
   for (int seqlen : {2300, 4100}) {                // the 192-key row
     const testing::ProblemShape s = fp8_shape(seqlen, seqlen, 4, 2, kD, false);
     const std::string reason = skip_reason(kD, false);
@@ -141,7 +142,7 @@ TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
       std::fill(in.q.begin(), in.q.end(), kE4m3One);
       std::fill(in.q_descale.begin(), in.q_descale.end(), 1.0f);
       // exp2(m x kLog2PerOne) = exp(m x descale / sqrt(d)): the descale that makes it so.
-      const float k_descale = static_cast<float>(kLog2PerOne * std::sqrt(double(kD)) / M_LOG2E);
+      const float k_descale = static_cast<float>(kLog2PerOne * std::sqrt(double(kD)) / kLog2E);
       std::fill(in.k_descale.begin(), in.k_descale.end(), k_descale);
       for (int key = 0; key < s.seqlen_k; ++key) {
         const double rise = kRisePerBlock * (s.seqlen_k - 1 - key) / 192.0;

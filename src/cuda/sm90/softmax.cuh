@@ -69,8 +69,8 @@ __device__ __forceinline__ void mask_columns(float (&s)[kAccRegs], int first_col
 // (16 bits: 2^8, far from fp32 overflow; e4m3: below its 448), and finalize() uses the same max.
 // Not free in precision: rounded to 16 bits, P above 1 carries more error into O than P just
 // below 1, where the eager max puts the largest term (exactly 1); the errors stay inside the
-// accuracy rule (docs/kernels.md has the figures). e4m3's relative rounding is the same in every
-// binade of its normals, so a P up to 2^0.75 larger loses nothing there.
+// accuracy rule (docs/kernels.md has the figures). Likewise in e4m3, where a stale max moves a
+// row's largest P off 256, its exact value, to a rounded one (docs/kernels.md, run 257).
 // A consumer takes the KV tiles last first, and the last tile can hold a single key (257 = 2 x
 // 128 + 1; also the causal diagonal's first rows): the max it sets says little about the row, and
 // a lazy max from the second tile on let fp16 fail the rule. So the second tile's max is exact

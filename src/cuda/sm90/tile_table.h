@@ -38,7 +38,6 @@ enum class Sm90Switch : unsigned {
   kSkipRowlessConsumers = 1u << 4,
   // The consumers issue their GEMMs without taking turns (no ping-pong, consumer_overlap.cuh).
   kNoPingPong = 1u << 5,
-  // (1u << 6: the FMA-pipe exponentials, now Sm90TuningRow::fma_exp_period.)
   // One loop over the KV steps that tests each block for the mask, which makes ptxas put the
   // P V wait at the top of the softmax (consumer_overlap.cuh); otherwise the masked and the
   // unmasked steps run as two loops and the softmax starts beside the consumer's own P V.
