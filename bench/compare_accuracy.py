@@ -233,7 +233,8 @@ class Fp8Checker(Checker):
 def apply_fa3_fp8_bound(record, flashcore_names):
     """Issue 26's second bound: each flashcore result's error <= 1.5x FA3 FP8's on the same
     inputs. Where FA3 ran, record['fa3_fp8_bound'] holds it and the record's tol_out, where it
-    has one, becomes the tighter of the two bounds; a flashcore result over it turns FAIL (fail_reason says which bound)."""
+    has one, becomes the tighter of the two bounds; a flashcore result over it turns FAIL
+    (fail_reason says which bound)."""
     fa3_error = record["results"].get("fa3", {}).get("max_err_out")
     if fa3_error is None:
         record["fa3_fp8_bound"] = None

@@ -15,6 +15,8 @@ flash_attn3_jax (its own process): compare.py says so and skips it.
 """
 from dataclasses import asdict, dataclass
 
+from compare_grids import FP8
+
 HEADS_Q, HEADS_KV, HEAD_DIM = 32, 8, 128
 VARLEN_LENGTHS = (8192, 4096, 2048, 1024, 512, 256, 128, 64, 17, 1)
 EQUAL_LENGTH_BATCHES = ((2, 8192), (8, 2048))  # (batch, seqlen): 16384 tokens, as 16337 above
@@ -27,7 +29,6 @@ LONG_PAGE_SIZES = (16, 1)
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
 # fp8 rows: the varlen group only, beside FA3's FP8 flash_attn_varlen_func (issue 26). The cache
 # rows' anchor in fp8 (FA3's kv-cache call with descales) is not set up here.
-FP8 = "fp8"
 FP8_GROUPS = ("varlen",)
 # The tiny grid: the same rows with every length divided by this (a CPU smoke run).
 TINY_DIVISOR = 64
@@ -100,15 +101,14 @@ def serving_configs(dtypes=("bf16",), divisor=1):
     length (the tiny grid)."""
     configs = []
     for dtype in dtypes:
+        rows = []
         lengths = _scaled(VARLEN_LENGTHS, divisor)
-        configs.append(ServingConfig("varlen", VARLEN, lengths, lengths, dtype))
+        rows.append(ServingConfig("varlen", VARLEN, lengths, lengths, dtype))
         for batch, seqlen in EQUAL_LENGTH_BATCHES:
             (length,) = _scaled((seqlen,), divisor)
             equal = (length,) * batch
-            configs.append(ServingConfig("varlen", DENSE, equal, equal, dtype))
-            configs.append(ServingConfig("varlen", VARLEN, equal, equal, dtype))
-        if dtype == FP8:
-            continue  # FP8_GROUPS
+            rows.append(ServingConfig("varlen", DENSE, equal, equal, dtype))
+            rows.append(ServingConfig("varlen", VARLEN, equal, equal, dtype))
         for group, batch, keys, page_sizes in (
                 ("decode", DECODE_BATCH, DECODE_KEYS, DECODE_PAGE_SIZES),
                 ("mid", MID_BATCH, MID_KEYS, MID_PAGE_SIZES),
@@ -116,10 +116,11 @@ def serving_configs(dtypes=("bf16",), divisor=1):
             (keys,) = _scaled((keys,), divisor)
             row = dict(group=group, lengths_q=(1,) * batch, lengths_k=(keys,) * batch,
                        dtype=dtype)
-            configs.append(ServingConfig(layout=DENSE, **row))
-            configs.append(ServingConfig(layout=CONTIGUOUS, **row))
-            configs.extend(ServingConfig(layout=PAGED, page_size=page, **row)
-                           for page in page_sizes)
+            rows.append(ServingConfig(layout=DENSE, **row))
+            rows.append(ServingConfig(layout=CONTIGUOUS, **row))
+            rows.extend(ServingConfig(layout=PAGED, page_size=page, **row)
+                        for page in page_sizes)
+        configs.extend(c for c in rows if dtype != FP8 or c.group in FP8_GROUPS)
     return configs
 
 

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "api/kernel_registry.h"
+#include "cpu/fp8_convert.h"
+#include "cuda/sm90/tile_table.h"
 #include "gpu_runner.h"
 
 namespace flashcore::test {
@@ -123,33 +125,36 @@ INSTANTIATE_TEST_SUITE_P(HeadDims, GpuSm90Fp8, ::testing::Values(64, 96, 128, 25
 
 // Lazy rescaling (the d128 non-causal row above 2k): a row's max moves only once its scores
 // pass it by the element type's allowance, so P = exp2(s - stale max + 8) grows past 256, up to
-// 2^8.75, which e4m3 still holds (448). Scores that rise by 0.7 log2 units every 192 keys in
+// 2^8.75, which e4m3 still holds (448). Scores that rise by 0.7 log2 units every block of keys in
 // the order the consumers walk the blocks (last first) keep a max stale by up to 0.7 on every
 // other block; an allowance that let P pass 448 would clamp it (satfinite) and fail the rule.
 // q is all ones, key j holds m_j ones (the rest zeros), so its score is m_j x 0.1 in log2
 // units (at most 128 ones: the first keys of a 4100-key row score alike).
 TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
   constexpr int kD = 128;
-  constexpr uint8_t kE4m3One = 0x38;               // sign 0, exponent 7 (bias 7), mantissa 0
   constexpr double kLog2PerOne = 0.1;              // score of one matching element, log2 units
   constexpr double kRisePerBlock = 0.7;            // under the 0.75 allowance
   constexpr double kLog2E = 1.4426950408889634;    // log2(e)
-  for (int seqlen : {2300, 4100}) {                // the 192-key row
+  // The lazy row: d128 non-causal above 2k (tile_table.h), and the keys of its blocks.
+  constexpr detail::Sm90TuningRow kRow = detail::sm90_tuning_row(kD, false, 1, 1);
+  static_assert(kRow.has(detail::Sm90Switch::kLazyRescale), "the row under test is lazy");
+  const uint8_t e4m3_one = detail::float_to_fp8_e4m3(1.0f);
+  for (int seqlen : {2300, 4100}) {
     const testing::ProblemShape s = fp8_shape(seqlen, seqlen, 4, 2, kD, false);
     const std::string reason = skip_reason(kD, false);
     if (!reason.empty()) GTEST_SKIP() << reason;
     const auto rising = [&](testing::HostTensors& in) {
-      std::fill(in.q.begin(), in.q.end(), kE4m3One);
+      std::fill(in.q.begin(), in.q.end(), e4m3_one);
       std::fill(in.q_descale.begin(), in.q_descale.end(), 1.0f);
       // exp2(m x kLog2PerOne) = exp(m x descale / sqrt(d)): the descale that makes it so.
       const float k_descale = static_cast<float>(kLog2PerOne * std::sqrt(double(kD)) / kLog2E);
       std::fill(in.k_descale.begin(), in.k_descale.end(), k_descale);
       for (int key = 0; key < s.seqlen_k; ++key) {
-        const double rise = kRisePerBlock * (s.seqlen_k - 1 - key) / 192.0;
+        const double rise = kRisePerBlock * (s.seqlen_k - 1 - key) / kRow.block_n;
         const int ones = std::min(kD, static_cast<int>(std::lround(rise / kLog2PerOne)));
         for (int head = 0; head < s.heads_kv; ++head) {
           uint8_t* row = in.k.data() + (size_t(key) * s.heads_kv + head) * kD;
-          for (int e = 0; e < kD; ++e) row[e] = e < ones ? kE4m3One : 0;
+          for (int e = 0; e < kD; ++e) row[e] = e < ones ? e4m3_one : 0;
         }
       }
     };

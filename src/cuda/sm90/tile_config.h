@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cpu/fp8_convert.h"
 #include "cuda/sm90/kv_split_plan.h"
 #include "cuda/sm90/tile_table.h"
 #include "flashcore/flashcore.h"
@@ -36,12 +37,15 @@ struct Sm90ElementTraits {
   static constexpr int kPOffsetLog2 = kDType == DType::kFloat8E4M3 ? 8 : 0;
   // How far a row's scores may rise above its max (log2 units) before the lazy rescale moves it
   // (softmax.cuh): P then reaches 2^(kPOffsetLog2 + kStaleMaxLog2). 16 bits: 2^8, far from
-  // overflow. e4m3: 2^8.75 = 430, under its largest finite value, 448 = 2^8.807.
+  // overflow. e4m3: 2^8.75 = 430, under its largest finite value, 448.
   static constexpr float kStaleMaxLog2 = kDType == DType::kFloat8E4M3 ? 0.75f : 8.0f;
+  // e4m3 holds every P: 2^a <= 1 + a for a in [0, 1] (2^a is convex and meets 1 + a at both
+  // ends), so P <= 2^kPOffsetLog2 x (1 + kStaleMaxLog2) = 448 bounds it.
+  static_assert(kDType != DType::kFloat8E4M3 ||
+                    (kStaleMaxLog2 >= 0.0f && kStaleMaxLog2 <= 1.0f &&
+                     float(1 << kPOffsetLog2) * (1.0f + kStaleMaxLog2) <= kFp8E4M3Max),
+                "a lazy max lets P pass e4m3's largest value");
 };
-
-// log2 of e4m3's largest finite value, 448 (rounded down).
-constexpr float kE4m3MaxLog2 = 8.807f;
 
 // Bytes of an output element: O is fp16 or bf16 (fp8 inputs write either, params.out_dtype).
 constexpr int kSm90OutputBytes = 2;
@@ -143,9 +147,6 @@ struct Sm90TileConfig {
   // The row's switches (tile_table.h says what each does).
   static constexpr bool kRescaleUnderQk = kRow.has(Sm90Switch::kRescaleUnderQk);
   static constexpr bool kLazyRescale = kRow.has(Sm90Switch::kLazyRescale);
-  static_assert(Element::kType != DType::kFloat8E4M3 ||
-                    Element::kPOffsetLog2 + Element::kStaleMaxLog2 < kE4m3MaxLog2,
-                "a lazy max lets P pass e4m3's largest value");
   static constexpr bool kWarpMaskStart = kRow.has(Sm90Switch::kWarpMaskStart);
   static constexpr bool kSkipsDeadBlocks = kRow.has(Sm90Switch::kSkipDeadBlocks);
   static constexpr bool kPingPong = !kRow.has(Sm90Switch::kNoPingPong);
