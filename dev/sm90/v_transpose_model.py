@@ -137,9 +137,10 @@ def check_fragment_layouts():
 def main():
     check_fragment_layouts()
     print("ok fp8_a_position_key: a permutation; A fragment and accumulator agree")
-    # The fp8 rows (d128 n128, d256 n96) and the shapes a tuning run may try.
+    # The fp8 rows (d128 n128 / n192, d256 n128; d64 n128 / n160 and d96, whose V^T holds the
+    # computed rows only) and the shapes a tuning run may try.
     for head_dim, block_n in ((128, 128), (256, 96), (128, 96), (128, 160), (128, 192),
-                              (128, 224), (256, 128), (256, 64)):
+                              (128, 224), (256, 128), (256, 64), (64, 128), (64, 160), (96, 128)):
         check(head_dim, block_n)
         bank_conflicts(head_dim, block_n)
         print(f"ok V^T of d{head_dim} n{block_n}, no bank conflicts")

@@ -213,10 +213,13 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   static_assert(D64::kConsumerWarpgroups == 3 && D64::kConsumerRegisters == 160);
   EXPECT_EQ(D64::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
   EXPECT_LE(D64::kSmemBytes, D64::kMaxSmemBytes);
+  // V^T holds the 64 computed rows only.
+  static_assert(D64::kVtRows == 64);
+  EXPECT_EQ(D64::kVtTileBytes, 64 * 128);
   // Above 2k, 160-key blocks: V^T in two 128-key column blocks, the second holding 32 keys.
   using D64Long = Sm90TableConfig<64, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
   static_assert(D64Long::kBlockN == 160 && D64Long::kConsumerWarpgroups == 3);
-  EXPECT_EQ(D64Long::kVtTileBytes, 2 * 128 * 128);
+  EXPECT_EQ(D64Long::kVtTileBytes, 2 * 64 * 128);
   EXPECT_LE(D64Long::kSmemBytes, D64Long::kMaxSmemBytes);
   using D128 = Sm90TableConfig<128, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
   using D256 = Sm90TableConfig<256, true, 0, DType::kFloat8E4M3, false, DType::kFloat16>;

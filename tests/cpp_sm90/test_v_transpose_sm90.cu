@@ -1,7 +1,8 @@
 // Device test of the FP8 kernel's V transpose (cuda/sm90/v_transpose.cuh: ldmatrix.trans, byte
 // permutes and stmatrix by the 96 transposer threads) on random bytes, for the fp8 rows' tile
 // shapes: V^T[d][p] must be V[32 (p / 32) + fp8_a_position_key(p % 32)][d], both in 128-byte
-// swizzled column blocks. dev/sm90/v_transpose_model.py checks the same on the host from the
+// swizzled column blocks, V^T with a row for each computed head_dim column only (a padded call's
+// V holds zero columns past them). dev/sm90/v_transpose_model.py checks the same on the host from the
 // PTX definitions; this checks the instructions.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -20,10 +21,14 @@ namespace {
 
 using namespace flashcore::detail;
 
-template <int kHeadDim_, int kBlockN_>
+template <int kHeadDim_, int kBlockN_, int kComputedHeadDim_ = kHeadDim_>
 struct TransposeShape {
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_, kComputedHeadDim = kHeadDim_;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = kBlockN_;
+  static constexpr int kComputedHeadDim = kComputedHeadDim_, kVtRows = kComputedHeadDim_;
 };
+
+template <class Shape>
+constexpr int kVtBytes = ((Shape::kBlockN + 127) / 128) * 128 * Shape::kVtRows;
 
 constexpr int kRowBytes = 128;
 
@@ -38,24 +43,22 @@ template <class Shape>
 __global__ void __launch_bounds__(kSm90TransposerThreads) transpose_kernel(const uint8_t* v,
                                                                            uint8_t* vt) {
   constexpr int kVBytes = Shape::kBlockN * Shape::kHeadDim;
-  constexpr int kVtBytes = ((Shape::kBlockN + 127) / 128) * 128 * Shape::kHeadDim;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_to_swizzle_atom(smem_raw);
   uint8_t* v_tile = smem;
   uint8_t* vt_tile = smem + kVBytes;
   for (int i = threadIdx.x; i < kVBytes; i += blockDim.x) v_tile[i] = v[i];
-  for (int i = threadIdx.x; i < kVtBytes; i += blockDim.x) vt_tile[i] = 0;
+  for (int i = threadIdx.x; i < kVtBytes<Shape>; i += blockDim.x) vt_tile[i] = 0;
   __syncthreads();
   sm90_transpose_v_stage<Shape>(v_tile, vt_tile, threadIdx.x);
   __syncthreads();
-  for (int i = threadIdx.x; i < kVtBytes; i += blockDim.x) vt[i] = vt_tile[i];
+  for (int i = threadIdx.x; i < kVtBytes<Shape>; i += blockDim.x) vt[i] = vt_tile[i];
 }
 
 template <class Shape>
 void check_transpose() {
-  constexpr int kHeadDim = Shape::kHeadDim, kBlockN = Shape::kBlockN;
-  constexpr int kVBytes = kBlockN * kHeadDim;
-  constexpr int kVtBytes = ((kBlockN + 127) / 128) * 128 * kHeadDim;
+  constexpr int kHeadDim = Shape::kHeadDim, kBlockN = Shape::kBlockN, kRows = Shape::kVtRows;
+  constexpr int kVBytes = kBlockN * kHeadDim, kVtSize = kVtBytes<Shape>;
   std::mt19937 random(kHeadDim * 1000 + kBlockN);
   std::vector<uint8_t> v_rows(kVBytes), v_smem(kVBytes);  // v_rows[key * head_dim + d]
   for (uint8_t& byte : v_rows) byte = static_cast<uint8_t>(random());
@@ -65,37 +68,38 @@ void check_transpose() {
 
   uint8_t *v_device = nullptr, *vt_device = nullptr;
   ASSERT_CUDA(cudaMalloc(&v_device, kVBytes));
-  ASSERT_CUDA(cudaMalloc(&vt_device, kVtBytes));
+  ASSERT_CUDA(cudaMalloc(&vt_device, kVtSize));
   ASSERT_CUDA(cudaMemcpy(v_device, v_smem.data(), kVBytes, cudaMemcpyHostToDevice));
-  const int smem_bytes = kVBytes + kVtBytes + kSmemSlack;
+  const int smem_bytes = kVBytes + kVtSize + kSmemSlack;
   ASSERT_CUDA(cudaFuncSetAttribute(transpose_kernel<Shape>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   transpose_kernel<Shape><<<1, kSm90TransposerThreads, smem_bytes>>>(v_device, vt_device);
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
-  std::vector<uint8_t> vt(kVtBytes);
-  ASSERT_CUDA(cudaMemcpy(vt.data(), vt_device, kVtBytes, cudaMemcpyDeviceToHost));
+  std::vector<uint8_t> vt(kVtSize);
+  ASSERT_CUDA(cudaMemcpy(vt.data(), vt_device, kVtSize, cudaMemcpyDeviceToHost));
   ASSERT_CUDA(cudaFree(v_device));
   ASSERT_CUDA(cudaFree(vt_device));
 
   int wrong = 0;
   std::ostringstream first;
-  for (int d = 0; d < kHeadDim; ++d) {
+  for (int d = 0; d < kRows; ++d) {
     for (int p = 0; p < kBlockN; ++p) {
       const int key = 32 * (p / 32) + fp8_a_position_key(p % 32);
-      const int got = vt[swizzled_offset(kHeadDim, d, p)];
+      const int got = vt[swizzled_offset(kRows, d, p)];
       const int want = v_rows[key * kHeadDim + d];
       if (got != want && wrong++ == 0)
         first << "V^T[" << d << "][" << p << "] = " << got << ", V[" << key << "][" << d
               << "] = " << want;
     }
   }
-  EXPECT_EQ(wrong, 0) << "d" << kHeadDim << " n" << kBlockN << ": " << wrong
+  EXPECT_EQ(wrong, 0) << "d" << kRows << " of " << kHeadDim << " n" << kBlockN << ": " << wrong
                       << " wrong bytes, the first " << first.str();
 }
 
-// The fp8 rows of the tile table (d128 n128, d256 n128) and the other widths a tuning run may
-// take: a partial second V^T column block (n160, n224) and fewer keys than a block (n96).
+// The fp8 rows of the tile table (d128 n128 / n192, d256 n128, d64 n128 / n160 on d128 tiles)
+// and the other widths a tuning run may take: a partial second V^T column block (n160, n224),
+// fewer keys than a block (n96), d96 on d128 tiles.
 TEST(Sm90VTranspose, MatchesThePermutedKeyOrder) {
   SKIP_WITHOUT_SM90();
   check_transpose<TransposeShape<128, 128>>();
@@ -103,6 +107,10 @@ TEST(Sm90VTranspose, MatchesThePermutedKeyOrder) {
   check_transpose<TransposeShape<256, 96>>();
   check_transpose<TransposeShape<128, 160>>();
   check_transpose<TransposeShape<128, 224>>();
+  check_transpose<TransposeShape<128, 192>>();
+  check_transpose<TransposeShape<128, 128, 64>>();
+  check_transpose<TransposeShape<128, 160, 64>>();
+  check_transpose<TransposeShape<128, 128, 96>>();
 }
 
 }  // namespace

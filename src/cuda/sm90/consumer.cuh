@@ -82,7 +82,6 @@ template <class Config>
 struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
     : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
   using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
-  using Base::kHeadDim;
   using Base::kOAccRegs;
   using Base::kPSteps;
   static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
@@ -90,15 +89,15 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
   // O store drops the padding columns it never wrote).
   using GemmO = WgmmaM64K32E4M3<Config::kComputedHeadDim>;
 
-  // vt_tile: head_dim rows of BLOCK_N keys, K-major (kmajor_descriptor's 32-byte steps are the
-  // k32 steps over the keys); O = P V^T reads its first kComputedHeadDim rows.
+  // vt_tile: Config::kVtRows (the computed head_dim) rows of BLOCK_N keys, K-major
+  // (kmajor_descriptor's 32-byte steps are the k32 steps over the keys).
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
                                                   const uint32_t (&p)[kPSteps][4],
                                                   uint32_t vt_tile) {
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kPSteps; ++k) {
-      GemmO::rs(o, p[k], kmajor_descriptor<kHeadDim, Base::kStepped>(vt_tile, k), 1);
+      GemmO::rs(o, p[k], kmajor_descriptor<Config::kVtRows, Base::kStepped>(vt_tile, k), 1);
     }
     wgmma_commit_group();
   }

@@ -170,12 +170,17 @@ struct Sm90TileConfig {
   static constexpr int kOutColumnBlocks = kHeadDim / kOutBoxCols;
 
   // V transposed in shared memory (FP8): the producer warpgroup writes V^T of each V stage into a
-  // stage of its own, head_dim rows of BLOCK_N keys, K-major in column blocks of 128 keys (the
-  // last one partly used when 128 does not divide BLOCK_N).
+  // stage of its own, K-major in column blocks of 128 keys (the last one partly used when 128
+  // does not divide BLOCK_N). Its rows are the computed head_dim columns only (a padded call's
+  // zero columns have no V^T rows: O = P V^T takes kComputedHeadDim of them), so FP8 d64 holds
+  // half the V^T bytes of its d128 tiles.
   static constexpr bool kTransposesV = Element::kTransposesV;
+  static constexpr int kVtRows = kComputedHeadDim;
   static constexpr int kVtKeyBlocks = (kBlockN + kSm90SwizzleRowBytes - 1) / kSm90SwizzleRowBytes;
   static constexpr int kVtTileBytes =
-      kTransposesV ? kVtKeyBlocks * kHeadDim * kSm90SwizzleRowBytes : 0;
+      kTransposesV ? kVtKeyBlocks * kVtRows * kSm90SwizzleRowBytes : 0;
+  static_assert(!kTransposesV || (kVtRows * kSm90SwizzleRowBytes) % 1024 == 0,
+                "V^T column blocks: whole 1024-byte swizzle atoms (8 rows)");
 
   // Shared-memory tiles, each a multiple of the 1024-byte swizzle atom.
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer

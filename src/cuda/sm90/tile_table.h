@@ -184,13 +184,14 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
-    // producer warpgroup); the measurements are in docs/kernels.md ("FP8 kernel").
-    //   d64  n128, 3 consumers: Q 24 KB + 2 x (16 + 16 + 16) KB + O staging 48 KB = 168 KB;
+    // producer warpgroup; rows for the computed head_dim only, so d64's are half as many);
+    // the measurements are in docs/kernels.md ("FP8 kernel").
+    //   d64  n128, 3 consumers: Q 24 KB + 2 x (16 + 16 + 8) KB + O staging 48 KB = 152 KB;
     //              registers O 32 + S 64 + P 16 + ~40 = 152 of 160. 1.13x as fast as the d128
     //              row (2 consumers) computing 64 columns; with the FMA-pipe exponentials 1.09x,
     //              with turns 1.10x (run 147)
-    //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 32) KB + O
-    //              48 KB = 216 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
+    //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 16) KB + O
+    //              48 KB = 184 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
     //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
     //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;

@@ -73,14 +73,14 @@ template <class Config, uint32_t kWarp, uint32_t kWarps>
 __device__ __forceinline__ void sm90_transpose_warp_units(uint32_t v_lane, uint32_t vt_lane,
                                                           uint32_t first_bytes,
                                                           uint32_t second_bytes) {
-  constexpr uint32_t kBlockN = Config::kBlockN, kHeadDim = Config::kHeadDim;
+  constexpr uint32_t kBlockN = Config::kBlockN;
   constexpr uint32_t kRow = kSwizzleBytes;                // bytes of a swizzled row
   constexpr uint32_t kKeySteps = kBlockN / 32;            // 32-key blocks
-  // V^T rows past the computed head_dim (a padded call's zero columns) are neither written nor
-  // read: O = P V^T takes the first Config::kComputedHeadDim rows.
+  // V^T has a row for each computed head_dim column (Config::kVtRows): a padded call's zero
+  // columns are neither transposed nor read.
   constexpr uint32_t kUnits = kKeySteps * (Config::kComputedHeadDim / 16);
   constexpr uint32_t kVBlockBytes = kBlockN * kRow;       // a V column block (128 dims)
-  constexpr uint32_t kVtBlockBytes = kHeadDim * kRow;     // a V^T column block (128 keys)
+  constexpr uint32_t kVtBlockBytes = Config::kVtRows * kRow;  // a V^T column block (128 keys)
   // Unit u is key step u % kKeySteps of 16-byte head_dim chunk u / kKeySteps.
   const auto load = [v_lane](uint32_t unit, uint32_t (&words)[4]) {
     const uint32_t key_step = unit % kKeySteps, chunk = unit / kKeySteps;
