@@ -204,7 +204,7 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   for (bool causal : {false, true}) {
     EXPECT_EQ(sm90_row_count(128, causal, 1), 2);  // n128 up to 2k, n192 above
     EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
-    EXPECT_EQ(sm90_row_count(64, causal, 1), 2);  // n128 up to 2k, n160 above
+    EXPECT_EQ(sm90_row_count(64, causal, 1), 3);  // n128 up to 512 and 2k, n160 above
   }
   // FP8 d64 has rows of its own on d128 tiles (128-byte rows of zero-filled columns), computing
   // its 64 columns: three consumers fit 160 registers each, O in a buffer of its own.
@@ -216,8 +216,13 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   // V^T holds the 64 computed rows only.
   static_assert(D64::kVtRows == 64);
   EXPECT_EQ(D64::kVtTileBytes, 64 * 128);
+  // 513 to 2k: three stages, 40 KB each, O still in a buffer of its own (192 KB).
+  using D64Mid = Sm90TableConfig<64, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  static_assert(D64Mid::kBlockN == 128 && D64Mid::kStages == 3);
+  EXPECT_EQ(D64Mid::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
+  EXPECT_LE(D64Mid::kSmemBytes, D64Mid::kMaxSmemBytes);
   // Above 2k, 160-key blocks: V^T in two 128-key column blocks, the second holding 32 keys.
-  using D64Long = Sm90TableConfig<64, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  using D64Long = Sm90TableConfig<64, false, 2, DType::kFloat8E4M3, false, DType::kBFloat16>;
   static_assert(D64Long::kBlockN == 160 && D64Long::kConsumerWarpgroups == 3);
   EXPECT_EQ(D64Long::kVtTileBytes, 2 * 64 * 128);
   EXPECT_LE(D64Long::kSmemBytes, D64Long::kMaxSmemBytes);

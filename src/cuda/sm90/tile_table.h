@@ -189,7 +189,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   d64  n128, 3 consumers: Q 24 KB + 2 x (16 + 16 + 8) KB + O staging 48 KB = 152 KB;
     //              registers O 32 + S 64 + P 16 + ~40 = 152 of 160. 1.13x as fast as the d128
     //              row (2 consumers) computing 64 columns; with the FMA-pipe exponentials 1.09x,
-    //              with turns 1.10x (run 147)
+    //              with turns 1.10x (run 147). From 513 to 2048 query rows three stages (192
+    //              KB, O still in a buffer of its own): 1k / 2k non-causal 1.017-1.028x, 1k
+    //              causal 1.014-1.019x, 2k causal 0.997-1.002x in two runs; 512 ran 0.977-0.979x
+    //              with them and keeps two (runs 261 and 263)
     //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 16) KB + O
     //              48 KB = 184 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
     //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
@@ -222,13 +225,19 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   take turns, ran their causal configs 0.98x with it; runs 146 and 148). In d256 the row
     //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
     //   1.006x or more (run 176; the 16-bit d256 rows 0.996x).
-    {  64, false,  2048,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+    {  64, false,  512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    {  64, false,  2048,       128, 3, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
-    {  64, true,   2048,       128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+    {  64, true,   512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1},
+    {  64, true,   2048,       128, 3, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
