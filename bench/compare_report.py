@@ -129,6 +129,37 @@ def _cell(result):
     return result.get("cell") or result.get("status", "-")
 
 
+def _failed_checks(record, result):
+    """Which of a result's checks failed, with its error and the bound: non-finite out, out
+    over tol_out, lse over tol_lse, or a bound of its own (fail_reason: the FA3 FP8 bound)."""
+    reasons = []
+    if result.get("nonfinite"):
+        reasons.append("non-finite out")
+    err_out, tol_out = result.get("max_err_out"), record.get("tol_out")
+    if err_out is not None and tol_out is not None and not err_out <= tol_out:
+        reasons.append(f"out err {err_out:.4e} > tol {tol_out:.4e}")
+    err_lse, tol_lse = result.get("max_err_lse"), record.get("tol_lse")
+    if err_lse is not None and tol_lse is not None and not err_lse <= tol_lse:
+        reasons.append(f"lse err {err_lse:.4e} > tol {tol_lse:.4e}")
+    if result.get("fail_reason"):
+        reasons.append(result["fail_reason"])
+    return "; ".join(reasons) or "failed"
+
+
+def _anchor_errors(record, anchors):
+    """The anchors' recorded errors on the same inputs ("FA3 out 1.2e-03, lse 1.0691e-03"), so
+    a FlashCore failure can be read against them (FA3's lse is recorded, not judged)."""
+    texts = []
+    for anchor in anchors:
+        r = record["results"].get(anchor, {})
+        parts = [f"out {r['max_err_out']:.4e}"] if r.get("max_err_out") is not None else []
+        if r.get("max_err_lse") is not None:
+            parts.append(f"lse {r['max_err_lse']:.4e}")
+        if parts:
+            texts.append(f"{LABELS.get(anchor, anchor)} " + ", ".join(parts))
+    return f" (on the same inputs: {'; '.join(texts)})" if texts else ""
+
+
 def _grouped(pairs):
     """'- name, where: text' lines for (config, name, text) triples, one per (name, text):
     a reason shared by many configs (FA3 not installed) is listed once."""
@@ -181,7 +212,7 @@ def markdown(meta, records, flashcore_names):
     header += [f"{fc} err / tol" for fc in flashcore_names]
     header += ["check"] if flashcore_names else []  # an anchors-only run checks no flashcore
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    unavailable, failed, fallbacks = [], [], []
+    unavailable, failed, fallbacks, own_failures = [], [], [], []
     for record in records:
         results = record["results"]
         config = record["config"]
@@ -190,6 +221,9 @@ def markdown(meta, records, flashcore_names):
             r = results.get(name, {})
             if r.get("status") == "n/a":
                 unavailable.append((config, name, r.get("reason")))
+            if r.get("status") == "FAIL" and name in flashcore_names:
+                own_failures.append(f"- {config} {name}: {_failed_checks(record, r)}"
+                                    f"{_anchor_errors(record, anchors)}")
             if r.get("status") == "FAIL" and name not in flashcore_names:
                 failed.append((config, name, f"max err {r.get('max_err_out', float('nan')):.1e}"
                                f" > tol {record.get('tol_out', float('nan')):.1e}"))
@@ -209,6 +243,9 @@ def markdown(meta, records, flashcore_names):
         lines += ["", "Over the run (configs where both passed the check):", ""]
         lines += summary_lines(summarize(records, flashcore_names, anchors), flashcore_names,
                                anchors)
+    if own_failures:
+        lines += ["", "FlashCore results that failed the accuracy check (not in the run's "
+                  "means):"] + own_failures
     if unavailable:
         lines += ["", "n/a reasons:"] + _grouped(unavailable)
     if failed:

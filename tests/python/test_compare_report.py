@@ -35,3 +35,28 @@ def test_steady_results_add_no_section():
     table = compare_report.markdown(META, [record(0.244, 0.242)], ["flashcore[sm90]"])
     assert "Unsteady timings" not in table
     assert "in 3 or more interleaved rounds" in table
+
+
+def test_a_flashcore_failure_names_its_check_beside_the_anchors_errors():
+    # The fp8 lse case of docs/kernels.md run 255: FlashCore's lse over the 1e-3 slack, out
+    # within its bound, FA3's lse as far over on the same inputs (recorded, not judged).
+    results = {
+        "flashcore[sm90]": {"status": "FAIL", "tflops": 845.0, "median_ms": 0.2,
+                            "min_ms": 0.2, "max_err_out": 1.9e-2, "max_err_lse": 1.0688e-3},
+        "fa3": {"status": "ok", "tflops": 882.0, "median_ms": 0.19, "min_ms": 0.19,
+                "max_err_out": 2.0e-2, "max_err_lse": 1.0691e-3, "lse_judged": False},
+    }
+    rec = {"config": "b8 sq2048 sk2048 hq8 hkv8 d256 fp8 causal", "results": results,
+           "tol_out": 2.8e-2, "tol_lse": 1e-3}
+    compare_report.add_ratios(rec, ["flashcore[sm90]"])
+    table = compare_report.markdown(dict(META, anchors=["fa3"]), [rec], ["flashcore[sm90]"])
+    assert "FlashCore results that failed the accuracy check" in table
+    line = next(text for text in table.splitlines() if text.startswith("- b8 sq2048"))
+    assert "lse err 1.0688e-03 > tol 1.0000e-03" in line
+    assert "out err" not in line  # out was within its bound
+    assert "FA3 out 2.0000e-02, lse 1.0691e-03" in line
+
+
+def test_a_run_whose_checks_pass_lists_no_failures():
+    table = compare_report.markdown(META, [record(0.244, 0.242)], ["flashcore[sm90]"])
+    assert "failed the accuracy check" not in table
