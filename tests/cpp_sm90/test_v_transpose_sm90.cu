@@ -1,9 +1,9 @@
 // Device test of the FP8 kernel's V transpose (cuda/sm90/v_transpose.cuh: ldmatrix.trans, byte
 // permutes and stmatrix by the 96 transposer threads) on random bytes, for the fp8 rows' tile
 // shapes: V^T[d][p] must be V[32 (p / 32) + fp8_a_position_key(p % 32)][d], both in 128-byte
-// swizzled column blocks, V^T with a row for each computed head_dim column only (a padded call's
-// V holds zero columns past them). dev/sm90/v_transpose_model.py checks the same on the host from the
-// PTX definitions; this checks the instructions.
+// swizzled column blocks, V^T with a row for each computed head_dim column only (V's columns past
+// them, a padded call's zeros, are never read). dev/sm90/v_transpose_model.py checks the same on
+// the host from the PTX definitions; this checks the instructions.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
