@@ -123,16 +123,22 @@ class Checker:
         return max_error(lse[0].index_select(1, index), self.ref_lse)
 
     def check(self, out, lse=None):
-        """out [b, sq, hq, d] (whole tensor, checked for non-finite values), lse [b, hq, sq]."""
+        """out [b, sq, hq, d] (whole tensor, checked for non-finite values), lse [b, hq, sq].
+        A result that fails says why in fail_reason (each failed check, its error and bound)."""
         index = torch.tensor(self.rows, device=out.device)
         result = {"rows_checked": len(self.rows), "nonfinite": not bool(torch.isfinite(out).all())}
         result["max_err_out"] = max_error(out[0].index_select(0, index), self.ref_out)
-        result["pass"] = (not result["nonfinite"] and result["max_err_out"] <= self.tol_out)
+        failed = ["non-finite out"] if result["nonfinite"] else []
+        # `not <=`: a NaN error fails the comparison.
+        if not result["max_err_out"] <= self.tol_out:
+            failed.append(f"out err {result['max_err_out']:.4e} > tol {self.tol_out:.4e}")
         if lse is not None:
-            result["max_err_lse"] = self.lse_error(lse)  # a NaN error fails the comparison
-            result["pass"] = result["pass"] and result["max_err_lse"] <= self.tol_lse
-        if math.isnan(result["max_err_out"]):
-            result["pass"] = False
+            result["max_err_lse"] = self.lse_error(lse)
+            if not result["max_err_lse"] <= self.tol_lse:
+                failed.append(f"lse err {result['max_err_lse']:.4e} > tol {self.tol_lse:.4e}")
+        result["pass"] = not failed
+        if failed:
+            result["fail_reason"] = "; ".join(failed)
         return result
 
 
@@ -234,7 +240,7 @@ def apply_fa3_fp8_bound(record, flashcore_names):
     """Issue 26's second bound: each flashcore result's error <= 1.5x FA3 FP8's on the same
     inputs. Where FA3 ran, record['fa3_fp8_bound'] holds it and the record's tol_out, where it
     has one, becomes the tighter of the two bounds; a flashcore result over it turns FAIL
-    (fail_reason says which bound)."""
+    (fail_reason says so, after any check it failed already)."""
     fa3_error = record["results"].get("fa3", {}).get("max_err_out")
     if fa3_error is None:
         record["fa3_fp8_bound"] = None
@@ -248,7 +254,8 @@ def apply_fa3_fp8_bound(record, flashcore_names):
         error = result.get("max_err_out")
         if error is not None and error > bound:
             result["pass"] = False
-            result["fail_reason"] = (f"max err {error:.1e} > {FA3_FP8_FACTOR}x FA3 FP8's "
-                                     f"{fa3_error:.1e}")
+            reason = f"max err {error:.1e} > {FA3_FP8_FACTOR}x FA3 FP8's {fa3_error:.1e}"
+            earlier = result.get("fail_reason")
+            result["fail_reason"] = f"{earlier}; {reason}" if earlier else reason
             if result.get("status") == "ok":
                 result["status"] = "FAIL"

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,18 @@ void run_and_check(const Fp8Case& c) {
   }
   EXPECT_TRUE(run.report.pass) << s.describe() << " " << to_string(c.layout)
                                << " std=" << c.stddev << ": " << run.report.summary();
+}
+
+// One sm90 run of `s` on the random draw as `adjust` rewrites it, held to the FP8 rule;
+// `inputs` names the rewrite in the log.
+void run_adjusted_and_check(const testing::ProblemShape& s, uint64_t seed, const char* inputs,
+                            const std::function<void(testing::HostTensors&)>& adjust) {
+  const GpuRun run = run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows,
+                                  nullptr, seed, adjust);
+  std::printf("[sm90 fp8] %s %s: %s\n", s.describe().c_str(), inputs,
+              run.report.summary().c_str());
+  EXPECT_EQ(run.ran, Backend::kSM90);
+  EXPECT_TRUE(run.report.pass) << s.describe() << " " << inputs << ": " << run.report.summary();
 }
 
 // The cases of one head_dim, both masks.
@@ -158,12 +171,7 @@ TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
         }
       }
     };
-    const GpuRun run = run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows,
-                                    nullptr, /*seed=*/7, rising);
-    std::printf("[sm90 fp8] %s rising scores: %s\n", s.describe().c_str(),
-                run.report.summary().c_str());
-    EXPECT_EQ(run.ran, Backend::kSM90);
-    EXPECT_TRUE(run.report.pass) << s.describe() << ": " << run.report.summary();
+    run_adjusted_and_check(s, /*seed=*/7, "rising scores", rising);
   }
 }
 
@@ -186,12 +194,7 @@ TEST(GpuSm90Fp8Descales, FactorsPerBatchAndKvHead) {
           in.v_descale[i] *= v_factors[i % 4];
         }
       };
-      const GpuRun run = run_gpu_case(s, Layout::kBSHD, 1.0f, Backend::kSM90, kMaxCheckedRows,
-                                      nullptr, /*seed=*/99, adjust);
-      std::printf("[sm90 fp8] %s descales x factors: %s\n", s.describe().c_str(),
-                  run.report.summary().c_str());
-      EXPECT_EQ(run.ran, Backend::kSM90);
-      EXPECT_TRUE(run.report.pass) << s.describe() << ": " << run.report.summary();
+      run_adjusted_and_check(s, /*seed=*/99, "descales x factors", adjust);
     }
   }
 }

@@ -104,11 +104,17 @@ def test_fp8_checker_matches_the_numpy_rule_and_judges_the_cpu_backend(torch, ca
     out, lse = flashcore.attention(q8, k8, v8, causal=causal, return_lse=True, backend="cpu",
                                    **descales)
     result = checker.check(out, lse)
-    assert result["pass"], result
+    assert result["pass"] and "fail_reason" not in result, result
     wrong = flashcore.attention(q8, k8, v8, causal=causal, backend="cpu",
                                 q_descale=descales["q_descale"],
                                 k_descale=descales["k_descale"])  # v_descale left out
-    assert not checker.check(wrong)["pass"]
+    wrong_out = checker.check(wrong)
+    assert not wrong_out["pass"] and wrong_out["fail_reason"].startswith("out err ")
+    # out right, lse off by 0.01 (ten times the slack): the reason names lse alone.
+    wrong_lse = checker.check(out, lse + 0.01)
+    assert not wrong_lse["pass"]
+    reason = wrong_lse["fail_reason"]
+    assert reason.startswith("lse err ") and "out err" not in reason
 
 
 def test_fa3_fp8_bound(torch):
@@ -131,6 +137,14 @@ def test_fa3_fp8_bound(torch):
     assert over["results"]["flashcore"]["status"] == "FAIL"
     assert over["results"]["flashcore"]["fail_reason"] == (
         "max err 2.0e-02 > 1.5x FA3 FP8's 1.0e-02")
+
+    # A result that failed a check already keeps that reason before the bound's.
+    both = record(0.02, 0.01)
+    both["results"]["flashcore"].update({"pass": False,
+                                         "fail_reason": "lse err 2e-03 > tol 1e-03"})
+    compare_accuracy.apply_fa3_fp8_bound(both, ["flashcore"])
+    assert both["results"]["flashcore"]["fail_reason"] == (
+        "lse err 2e-03 > tol 1e-03; max err 2.0e-02 > 1.5x FA3 FP8's 1.0e-02")
 
     no_fa3 = record(0.02, None)
     compare_accuracy.apply_fa3_fp8_bound(no_fa3, ["flashcore"])

@@ -173,14 +173,13 @@ struct Sm90TileConfig {
   // stage of its own, K-major in column blocks of 128 keys (the last one partly used when 128
   // does not divide BLOCK_N). Its rows are the computed head_dim columns only (a padded call's
   // zero columns have no V^T rows: O = P V^T takes kComputedHeadDim of them), so FP8 d64 holds
-  // half the V^T bytes of its d128 tiles.
+  // half the V^T bytes of its d128 tiles. kComputedHeadDim is whole fp8 wgmma K-steps (32, checked
+  // above), so a column block is whole 8-row swizzle atoms.
   static constexpr bool kTransposesV = Element::kTransposesV;
   static constexpr int kVtRows = kComputedHeadDim;
   static constexpr int kVtKeyBlocks = (kBlockN + kSm90SwizzleRowBytes - 1) / kSm90SwizzleRowBytes;
   static constexpr int kVtTileBytes =
       kTransposesV ? kVtKeyBlocks * kVtRows * kSm90SwizzleRowBytes : 0;
-  static_assert(!kTransposesV || (kVtRows * kSm90SwizzleRowBytes) % 1024 == 0,
-                "V^T column blocks: whole 1024-byte swizzle atoms (8 rows)");
 
   // Shared-memory tiles, each a multiple of the 1024-byte swizzle atom.
   static constexpr int kQSlabBytes = kRowsPerConsumer * kHeadDim * kElementBytes;  // one consumer

@@ -81,6 +81,10 @@ struct Sm90TuningRow {
   int cluster_m = 1;
   // Bytes of an input element: 2 for the fp16 / bf16 rows, 1 for the fp8 (e4m3) rows.
   int input_bytes = 2;
+  // One 4-score chunk in this many takes its softmax exponentials on the FMA pipe (exp2_fma)
+  // instead of MUFU.EX2; 0: none. FP8 needs an exponential per score for half the tensor work of
+  // 16 bits: at d128 as many MUFU.EX2 cycles as tensor cycles, at d256 half as many.
+  int fma_exp_period = 0;
   // A persistent row of shorter tiles (its index among this row's (head_dim, mask, input bytes)
   // rows; -1: none) that a dense call of this row's bucket runs instead where its tiles end
   // sooner: a persistent CTA runs its tiles one after another, so a launch takes ceil(tiles /
@@ -89,10 +93,6 @@ struct Sm90TuningRow {
   // The peer's time per query row over this row's when both fill every SM, in percent: what
   // shorter tiles cost in the steady state (more tile boundaries, no cluster), measured.
   int wave_peer_cost_pct = 100;
-  // One 4-score chunk in this many takes its softmax exponentials on the FMA pipe (exp2_fma)
-  // instead of MUFU.EX2; 0: none. FP8 needs an exponential per score for half the tensor work of
-  // 16 bits: at d128 as many MUFU.EX2 cycles as tensor cycles, at d256 half as many.
-  int fma_exp_period = 0;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -145,12 +145,12 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // which the 512 row takes, within the noise over three runs: docs/kernels.md, runs 187-191).
     { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/0,
-       /*wave_peer_cost_pct=*/106},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*fma_exp_period=*/0,
+       /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*wave_peer=*/0,
-       /*wave_peer_cost_pct=*/106},
+       sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
+       /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy},
     // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
@@ -168,8 +168,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // every SM (16 heads at 4k / 16k, Llama-3-8B 4k; run 233).
     { 128, true,   kAnySeqlen,  80, 2, 3, sm90_table::kPers, 32,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*wave_peer=*/1,
-       /*wave_peer_cost_pct=*/103},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*fma_exp_period=*/0,
+       /*wave_peer=*/1, /*wave_peer_cost_pct=*/103},
     // d256 keeps the softmax after its P V: split into masked and unmasked loops its causal row
     // ran 0.97-0.98x as fast, its non-causal row 1.00x (docs/kernels.md, runs 132 and 140).
     // Causal: 16 MiB L2 sections. At 8, a section held one head's 64 tiles at 8k (two heads' at
@@ -245,30 +245,24 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
-       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 128, false,  kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
-       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
-       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1,
-       /*wave_peer_cost_pct=*/100, /*fma_exp_period=*/8},
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1, /*wave_peer_cost_pct=*/100,
-       /*fma_exp_period=*/16},
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1, /*wave_peer=*/-1, /*wave_peer_cost_pct=*/100,
-       /*fma_exp_period=*/16},
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     // clang-format on
 };
 
