@@ -202,13 +202,14 @@ def markdown(meta, records, flashcore_names):
         cells = [config] + [_cell(results.get(name, {})) for name in names]
         for name in names:
             r = results.get(name, {})
-            if r.get("status") == "n/a":
+            status = r.get("status")
+            if status == "n/a":
                 unavailable.append((config, name, r.get("reason")))
-            if r.get("status") == "FAIL" and name in flashcore_names:
+            elif status == "FAIL" and name in flashcore_names:
                 reason = r.get("fail_reason", "failed")  # the checker's (compare_accuracy.py)
                 own_failures.append(f"- {config} {name}: {reason}"
                                     f"{_anchor_errors(record, anchors)}")
-            if r.get("status") == "FAIL" and name not in flashcore_names:
+            elif status == "FAIL":
                 failed.append((config, name, f"max err {r.get('max_err_out', float('nan')):.1e}"
                                f" > tol {record.get('tol_out', float('nan')):.1e}"))
             if r.get("graph_error"):
