@@ -129,6 +129,15 @@ def _cell(result):
     return result.get("cell") or result.get("status", "-")
 
 
+def _fail_reason(record, result):
+    """Why a result failed its check: the checker's fail_reason (compare_accuracy.py), or for
+    results recorded before it wrote one, its out error against the record's bound."""
+    if result.get("fail_reason"):
+        return result["fail_reason"]
+    return (f"max err {result.get('max_err_out', float('nan')):.1e}"
+            f" > tol {record.get('tol_out', float('nan')):.1e}")
+
+
 def _anchor_errors(record, anchors):
     """The anchors' recorded errors on the same inputs ("FA3 out 1.2e-03, lse 1.0691e-03"), so
     a FlashCore failure can be read against them (FA3's lse is recorded, not judged)."""
@@ -206,12 +215,10 @@ def markdown(meta, records, flashcore_names):
             if status == "n/a":
                 unavailable.append((config, name, r.get("reason")))
             elif status == "FAIL" and name in flashcore_names:
-                reason = r.get("fail_reason", "failed")  # the checker's (compare_accuracy.py)
-                own_failures.append(f"- {config} {name}: {reason}"
+                own_failures.append(f"- {config} {name}: {_fail_reason(record, r)}"
                                     f"{_anchor_errors(record, anchors)}")
             elif status == "FAIL":
-                failed.append((config, name, f"max err {r.get('max_err_out', float('nan')):.1e}"
-                               f" > tol {record.get('tol_out', float('nan')):.1e}"))
+                failed.append((config, name, _fail_reason(record, r)))
             if r.get("graph_error"):
                 fallbacks.append((config, name, r["graph_error"]))
         cells += [_fmt(record.get("ratios", {}).get(f"{fc}/{a}"), 2)

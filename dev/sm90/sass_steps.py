@@ -165,7 +165,8 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sass")
     parser.add_argument("--layout", default="Dense",
-                        help="the sequence layout's name (Dense, Varlen, ...); '' for every one")
+                        help="the layout in the kernel's name: Dense, or Serving (every "
+                             "serving kernel); '' for every one")
     parser.add_argument("--ops", type=int, default=0, help="print the step's N commonest families")
     parser.add_argument("--against", help="another dump of the same instance, to compare with")
     args = parser.parse_args(argv)

@@ -101,6 +101,11 @@ def test_a_failing_anchor_is_marked_and_left_out_of_the_means():
     assert row(table, "cfg")[2] == "900.0 FAIL"
     assert "- fa3 (cfg): max err 1.0e+00 > tol 4.0e-03" in table
     assert "flashcore/fa3" not in compare_report.summarize(records, [FC], ANCHORS)
+    # The checker's own reason where it gave one (here: non-finite out, which the error and the
+    # bound alone would not say).
+    bad["fail_reason"] = "non-finite out"
+    table = compare_report.markdown(meta(), records, [FC])
+    assert "- fa3 (cfg): non-finite out" in table
 
 
 def test_older_json_without_fa3_gets_no_fa3_column():
