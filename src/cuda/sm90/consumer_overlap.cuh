@@ -13,9 +13,11 @@
 // in its basic block before the first use of O or P. The steps are written so that a step's
 // softmax is one basic block (Sm90StepMask below); ptxas then issues the wait after the row
 // maxima and the first exponentials, which thus run beside the consumer's own P V, and the rest
-// of the softmax beside the other consumer's GEMMs. With Config::kRescaleUnderQk the
-// O *= correction moves to just before the P V that adds to O (between the two issues), so the
-// multiplies run while S = Q K^T is on the tensor cores.
+// of the softmax beside the other consumer's GEMMs. With Config::kPvWaitAfterSoftmax a basic
+// block ends after the softmax (basic_block_end), so the wait follows every exponential, and the
+// e4m3 packs of P, which ptxas otherwise interleaves with them, follow the wait. With
+// Config::kRescaleUnderQk the O *= correction moves to just before the P V that adds to O
+// (between the two issues), so the multiplies run while S = Q K^T is on the tensor cores.
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
@@ -42,6 +44,7 @@
 #include "cuda/common/mask.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/named_barrier.cuh"
+#include "cuda/ptx/schedule.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/cluster.cuh"
 #include "cuda/sm90/consumer.cuh"
@@ -216,6 +219,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       }
     }
 
+    [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
@@ -256,7 +260,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
             sm90_softmax_update<Config>(softmax, s, scale_log2, correction, allowance);
         if (kLazy) rescale = __any_sync(0xffffffff, moved);
         sm90_trace(Sm90Event::kSoftmaxDone);
-
+        if constexpr (Config::kPvWaitAfterSoftmax) basic_block_end(never);
         wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
         fence_accumulators(o);
         sm90_trace(Sm90Event::kPvDone);

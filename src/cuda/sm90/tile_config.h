@@ -153,6 +153,7 @@ struct Sm90TileConfig {
   static constexpr bool kSoftmaxAfterPv = kRow.has(Sm90Switch::kSoftmaxAfterPv);
   static constexpr bool kTotalsUnderPv = kRow.has(Sm90Switch::kTotalsUnderPv);
   static constexpr bool kStepDescriptors = kRow.has(Sm90Switch::kStepDescriptors);
+  static constexpr bool kPvWaitAfterSoftmax = kRow.has(Sm90Switch::kPvWaitAfterSoftmax);
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.

@@ -55,6 +55,12 @@ enum class Sm90Switch : unsigned {
   // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it and keep
   // the encoded descriptors (docs/kernels.md, runs 177-180).
   kStepDescriptors = 1u << 10,
+  // A consumer's wait for its own P V after the softmax's last exponential (consumer_overlap.cuh),
+  // where ptxas would put it after about a third of them. The fp8 d64 rows of 160 keys ran
+  // 1.006-1.020x with it at 4k-16k (three consumers hide the P packs that then follow the wait);
+  // the fp8 d128 / d256 rows 0.91-0.99x, the 16-bit d128 rows the LLM shapes 0.966x
+  // (docs/kernels.md, runs 275-276).
+  kPvWaitAfterSoftmax = 1u << 11,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -119,6 +125,7 @@ constexpr Sm90Switch kAfterPv = Sm90Switch::kSoftmaxAfterPv;
 constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
 constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
+constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -196,7 +203,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //        n160 above 2k (FA3's d64 fp8 tile, 192 x 160): Q 24 KB + 2 x (20 + 20 + 16) KB + O
     //              48 KB = 184 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
     //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
-    //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%)
+    //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%). The P V
+    //              wait after the softmax (kLateWait): 1.006-1.020x (run 276)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
@@ -232,8 +240,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
+       sm90_table::kLateWait, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
@@ -241,8 +249,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
+       sm90_table::kLateWait, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
