@@ -1,6 +1,7 @@
 // Where ptxas may move instructions. ptxas schedules each basic block on its own, so a branch it
 // cannot prove dead keeps every instruction on its side: a wait placed after the branch in the
-// source stays after everything before it.
+// source stays after everything before it. (The compiler before ptxas may still sink a value
+// whose only uses lie past the branch; docs/kernels.md, run 275, has a case.)
 #pragma once
 
 #include <cstdint>
