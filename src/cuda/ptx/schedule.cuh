@@ -1,7 +1,8 @@
-// Where ptxas may move instructions. ptxas schedules each basic block on its own, so a branch it
-// cannot prove dead keeps every instruction on its side: a wait placed after the branch in the
-// source stays after everything before it. (The compiler before ptxas may still sink a value
-// whose only uses lie past the branch; docs/kernels.md, run 275, has a case.)
+// Where ptxas may move instructions. ptxas moves a wgmma wait (which has no register inputs)
+// anywhere within its basic block, but not above a branch it cannot prove dead: a wait placed
+// after the branch in the source stays after what comes before it. Other instructions may still
+// cross the branch: ptxas sank a step's exponentials past one (docs/kernels.md, run 275), so read
+// the SASS of every kernel that relies on it.
 #pragma once
 
 #include <cstdint>
