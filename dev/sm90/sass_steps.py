@@ -5,11 +5,14 @@ of N instructions", and where ptxas put the waits. Needs no GPU.
 
     python3 dev/sm90/sass_steps.py SASS [--layout Dense] [--ops 12] [--against OTHER_SASS]
 
-A step loop is a backward branch whose body holds two or more wgmma (HGMMA / QGMMA). A kernel's
-shortest one is its unmasked step; the masked steps' loop and the tile loop around them are
-longer. Per kernel (its tuning row: head_dim, causal, row index, input bytes; the output types
-are kernels of their own, numbered in dump order):
-  step       the loop's length in instructions
+A step loop is a backward branch whose body holds two or more wgmma (HGMMA / QGMMA) and no
+loop of its own. A loop runs as many KV steps as its wgmma are multiples of the fewest any step
+loop of the kernel holds (a loop of steps unrolled in pairs holds twice a step's). A kernel's
+unmasked step is the loop of the fewest instructions a step; the masked steps' loop is longer,
+and the tile loop around them is not innermost. Per kernel (its tuning row: head_dim, causal,
+row index, input bytes; the output types are kernels of their own, numbered in dump order):
+  step       instructions a step: the loop's length over its steps ("a loop of N steps" beside
+             it where N > 1; the positions below are then within the whole loop)
   depbar     positions of WARPGROUP.DEPBAR in it: the S wait, then the P V wait (the softmax
              before the second runs beside the consumer's own P V)
   fmnmx, mufu  first and last position of the row maxima and the exponentials
@@ -56,22 +59,47 @@ def opcode(text):
     return words[0].split(".")[0] if words else ""
 
 
-def step_loop(instructions):
-    """The shortest backward-branch body with two or more wgmma, or [] if none."""
+def backward_branches(instructions):
+    """(index of the branch, index of its target) for every branch to an earlier instruction."""
     index_of = {address: i for i, (address, _) in enumerate(instructions)}
-    best = []
+    found = []
     for i, (address, text) in enumerate(instructions):
         match = BRANCH_TARGET.search(text)
         if not match:
             continue
         target = int(match.group(1), 16)
-        if target > address or target not in index_of:
-            continue
-        body = instructions[index_of[target]:i + 1]
+        if target <= address and target in index_of:
+            found.append((i, index_of[target]))
+    return found
+
+
+def step_loops(instructions):
+    """Every innermost loop body with two or more wgmma, with its wgmma count."""
+    branches = backward_branches(instructions)
+    loops = []
+    for end, start in branches:
+        if any(start <= s and e < end for e, s in branches if (e, s) != (end, start)):
+            continue  # a loop inside this one: not a step loop
+        body = instructions[start:end + 1]
         wgmma = sum(1 for _, t in body if opcode(t) in WGMMA)
-        if wgmma >= 2 and (not best or len(body) < len(best)):
-            best = body
-    return best
+        if wgmma >= 2:
+            loops.append((body, wgmma))
+    return loops
+
+
+def step_loop(instructions):
+    """The unmasked step loop and the KV steps it runs a pass: of the step loops, the one of the
+    fewest instructions a step. ([], 1) if none."""
+    loops = step_loops(instructions)
+    if not loops:
+        return [], 1
+    fewest = min(wgmma for _, wgmma in loops)
+
+    def steps(loop):
+        return max(1, round(loop[1] / fewest))
+
+    body, wgmma = min(loops, key=lambda loop: (len(loop[0]) / steps(loop), len(loop[0])))
+    return body, steps((body, wgmma))
 
 
 def positions(body, family):
@@ -96,7 +124,7 @@ def kernel_label(name, seen):
 
 
 def summarize(instructions):
-    body = step_loop(instructions)
+    body, steps = step_loop(instructions)
     dealloc = next((i for i, (_, t) in enumerate(instructions) if "USETMAXREG.DEALLOC" in t),
                    len(instructions))
     max_reg = max((int(r) for _, t in instructions[:dealloc] for r in REGISTER.findall(t)),
@@ -107,7 +135,8 @@ def summarize(instructions):
     consumer_stl = [i for i in stl if alloc is not None and alloc < i < dealloc]
     fmnmx, mufu = positions(body, "FMNMX"), positions(body, "MUFU")
     return {
-        "step": len(body),
+        "step": len(body) / steps if steps > 1 else len(body),
+        "steps": steps,
         "depbar": depbar_positions(body),
         "fmnmx": (fmnmx[0], fmnmx[-1]) if fmnmx else None,
         "mufu": (mufu[0], mufu[-1]) if mufu else None,
@@ -142,7 +171,9 @@ def report(path, layout, ops, against):
     other = kernels(against, layout) if against else {}
     lines = []
     for label, k in mine.items():
-        lines.append(f"{label}: step {k['step']}, depbar {k['depbar']}, fmnmx {span(k['fmnmx'])}, "
+        unrolled = f" (a loop of {k['steps']} steps)" if k["steps"] > 1 else ""
+        lines.append(f"{label}: step {k['step']}{unrolled}, depbar {k['depbar']}, "
+                     f"fmnmx {span(k['fmnmx'])}, "
                      f"mufu {span(k['mufu'])}, max reg R{k['max_reg']}, stl {k['stl']} "
                      f"({k['consumer_stl']} among the consumers)")
         if against and label in other:

@@ -89,3 +89,43 @@ def test_no_kernel_is_an_error(tmp_path, capsys):
     path = write(tmp_path, "a.sass", dump("_Z6helperv", ["EXIT"]))
     assert sass_steps.main([path]) == 1
     assert "no sm90_forward_kernel" in capsys.readouterr().err
+
+
+def test_a_loop_of_two_steps_counts_per_step(tmp_path):
+    """Steps unrolled in pairs: a loop of twice a step's wgmma is two steps, and its length a step
+    beats a masked single-step loop that is shorter as a whole."""
+    step = ["QGMMA.64x160x32.F32.E4M3.E4M3 R24, gdesc[UR24], RZ, !UPT",
+            "QGMMA.64x64x32.F32.E4M3.E4M3 R104, R152, gdesc[UR20], R104, gsb0",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1",
+            "MUFU.EX2 R24, R24",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+    masked = step[:3] + ["FSEL R24, R24, -INF, P0"] * 4 + step[3:]  # 9, and the branch: 10
+    body = ["USETMAXREG.TRY_ALLOC.CTAPOOL 0xa0", "NOP"]
+    masked_start = len(body)
+    body += masked + [f"@P1 BRA 0x{16 * masked_start:x}"]
+    pair_start = len(body)
+    body += step + step + [f"@P1 BRA 0x{16 * pair_start:x}"]  # 11: 5.5 a step
+    body += ["USETMAXREG.DEALLOC.CTAPOOL 0x18", "EXIT"]
+    path = write(tmp_path, "a.sass", dump(KERNEL, body))
+    k = sass_steps.kernels(path, "Dense")["hd64 non-causal row 2 1B"]
+    assert k["steps"] == 2 and k["step"] == 5.5
+    assert k["depbar"] == [2, 4, 7, 9]  # within the whole loop
+    line = sass_steps.report(path, "Dense", 0, None)[0]
+    assert line.startswith("hd64 non-causal row 2 1B: step 5.5 (a loop of 2 steps), depbar")
+
+
+def test_a_loop_around_a_loop_is_not_a_step_loop(tmp_path):
+    """The tile loop holds the step loop: however few instructions it has a wgmma, it is not
+    picked."""
+    step = ["QGMMA.64x160x32.F32.E4M3.E4M3 R24, gdesc[UR24], RZ, !UPT",
+            "QGMMA.64x64x32.F32.E4M3.E4M3 R104, R152, gdesc[UR20], R104, gsb0",
+            "MUFU.EX2 R24, R24", "MUFU.EX2 R25, R25", "MUFU.EX2 R26, R26"]
+    body = ["NOP"]
+    outer_start = len(body)
+    body += ["QGMMA.64x64x32.F32.E4M3.E4M3 R104, R152, gdesc[UR20], R104"] * 8
+    inner_start = len(body)
+    body += step + [f"@P1 BRA 0x{16 * inner_start:x}"]
+    body += [f"@P2 BRA 0x{16 * outer_start:x}", "EXIT"]
+    path = write(tmp_path, "a.sass", dump(KERNEL, body))
+    k = sass_steps.kernels(path, "Dense")["hd64 non-causal row 2 1B"]
+    assert k["steps"] == 1 and k["step"] == 6
