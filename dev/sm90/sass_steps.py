@@ -94,12 +94,8 @@ def step_loop(instructions):
     if not loops:
         return [], 1
     fewest = min(wgmma for _, wgmma in loops)
-
-    def steps(loop):
-        return max(1, round(loop[1] / fewest))
-
-    body, wgmma = min(loops, key=lambda loop: (len(loop[0]) / steps(loop), len(loop[0])))
-    return body, steps((body, wgmma))
+    with_steps = [(body, max(1, round(wgmma / fewest))) for body, wgmma in loops]
+    return min(with_steps, key=lambda loop: (len(loop[0]) / loop[1], len(loop[0])))
 
 
 def positions(body, family):

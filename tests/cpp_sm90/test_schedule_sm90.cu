@@ -16,6 +16,10 @@ using namespace flashcore::detail;
 constexpr int kBlocks = 8;
 constexpr int kThreads = 256;
 constexpr int kSteps = 64;
+// Terms 2^0 .. 2^-(kTerms - 1), each kSteps / kTerms times: 19 significant bits at most, so every
+// partial sum is exact in float and the device's order of adds cannot change it.
+constexpr int kTerms = 16;
+static_assert(kSteps % kTerms == 0, "every term the same number of times");
 
 // Per thread: whether opaque_false() was true, and a running sum over kSteps whose every step
 // ends its basic block between a term and the add that reads it.
@@ -24,7 +28,7 @@ __global__ void schedule_kernel(int* flags, float* sums) {
   const bool never = opaque_false();
   float sum = 0.0f;
   for (int step = 0; step < kSteps; ++step) {
-    const float x = ldexpf(1.0f, -((thread + step) % 16));
+    const float x = ldexpf(1.0f, -((thread + step) % kTerms));
     basic_block_end(never);
     sum += x;
   }
@@ -47,10 +51,9 @@ TEST(Sm90Schedule, OpaqueFalseIsFalseAndBlockEndsChangeNoResult) {
   const std::vector<float> got_sums = sums.to_host();
   for (int thread = 0; thread < kCount; ++thread) {
     ASSERT_EQ(got_flags[thread], 0) << "thread " << thread << ": opaque_false() returned true";
-    // Powers of two 2^0 .. 2^-15, each 4 times over 64 steps: every partial sum is exact.
     float expected = 0.0f;
     for (int step = 0; step < kSteps; ++step)
-      expected += std::ldexp(1.0f, -((thread + step) % 16));
+      expected += std::ldexp(1.0f, -((thread + step) % kTerms));
     ASSERT_EQ(got_sums[thread], expected) << "thread " << thread;
   }
 }

@@ -10,7 +10,9 @@
 namespace flashcore::detail {
 
 // Always false, but from a value ptxas cannot know (the SM count, never 0): the condition of a
-// basic_block_end(). Read it once, outside the loop that ends its blocks.
+// basic_block_end(). Read it once, outside the loop that ends its blocks. (The identities of
+// sm80/compiler_hints.cuh hide a value from the compiler before ptxas only: an empty asm leaves
+// nothing in the PTX, so ptxas sees through them.)
 __device__ __forceinline__ bool opaque_false() {
   uint32_t sm_count;
   asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sm_count));
@@ -18,7 +20,9 @@ __device__ __forceinline__ bool opaque_false() {
 }
 
 // Ends the basic block here: a branch on `never` (opaque_false()) around a no-op ptxas must keep.
-// Costs a compare and a branch (never taken, uniform).
+// Costs four instructions in the fp8 d64 step: the compare, the branch (never taken, uniform),
+// and the never-run NANOSLEEP with its alignment NOP. A block of one predicable instruction
+// (a store) would be predicated instead, with no branch and no block end.
 __device__ __forceinline__ void basic_block_end(bool never) {
   if (never) asm volatile("nanosleep.u32 0;" ::: "memory");
 }

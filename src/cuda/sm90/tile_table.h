@@ -204,7 +204,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              48 KB = 184 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
     //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
     //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%). The P V
-    //              wait after the softmax (kLateWait): 1.006-1.020x (run 276)
+    //              wait after the softmax (kLateWait, measured at the switch)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
