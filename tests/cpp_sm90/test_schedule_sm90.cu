@@ -1,6 +1,7 @@
 // Device test of cuda/ptx/schedule.cuh: opaque_false() is false on every thread of every block,
 // and a loop whose iterations end a basic block with basic_block_end() computes what the same
-// loop computes without it (the branch around the nanosleep is never taken). Where the blocks
+// loop computes without it (the branch around the nanosleep and the store is never taken, so
+// nothing is stored at address 0 either). Where the blocks
 // end in the SASS is what the kernel notebook checks (dev/sm90/sass_steps.py), not this test.
 #include <cmath>
 #include <vector>
@@ -29,7 +30,7 @@ __global__ void schedule_kernel(int* flags, float* sums) {
   float sum = 0.0f;
   for (int step = 0; step < kSteps; ++step) {
     const float x = ldexpf(1.0f, -((thread + step) % kTerms));
-    basic_block_end(never);
+    basic_block_end(never, x);
     sum += x;
   }
   flags[thread] = never ? 1 : 0;

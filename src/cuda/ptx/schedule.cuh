@@ -19,12 +19,23 @@ __device__ __forceinline__ bool opaque_false() {
   return sm_count == 0;
 }
 
-// Ends the basic block here: a branch on `never` (opaque_false()) around a no-op ptxas must keep.
-// Costs four instructions in the fp8 d64 step: the compare, the branch (never taken, uniform),
-// and the never-run NANOSLEEP with its alignment NOP. A block of one predicable instruction
-// (a store) would be predicated instead, with no branch and no block end.
-__device__ __forceinline__ void basic_block_end(bool never) {
-  if (never) asm volatile("nanosleep.u32 0;" ::: "memory");
+// Ends the basic block here: a branch on `never` (opaque_false()) around a block ptxas must keep,
+// a NANOSLEEP and a store of `computed_before`. The store names the value as an input, so every
+// instruction that computes it stays before the branch: with the NANOSLEEP alone ptxas sank a
+// step's exponentials past it when the steps ran in pairs (docs/kernels.md, run 274). The block
+// never runs, so the store's address (0) is never written. A block of one predicable
+// instruction (the store alone) would be predicated instead, with no branch and no block end.
+// In the fp8 d64 step the branch is the one instruction that runs (on a predicate set once a
+// tile); ptxas moves the add of `computed_before` into the block, beside the NANOSLEEP and the
+// store, so its inputs are what the branch waits for.
+__device__ __forceinline__ void basic_block_end(bool never, float computed_before) {
+  if (never) {
+    asm volatile(
+        "nanosleep.u32 0;\n\t"
+        "st.global.f32 [%0], %1;" ::"l"(0ull),
+        "f"(computed_before)
+        : "memory");
+  }
 }
 
 }  // namespace flashcore::detail

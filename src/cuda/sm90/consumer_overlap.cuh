@@ -14,10 +14,11 @@
 // softmax is one basic block (Sm90StepMask below); ptxas then issues the wait after the row
 // maxima and the first exponentials, which thus run beside the consumer's own P V, and the rest
 // of the softmax beside the other consumer's GEMMs. With Config::kPvWaitAfterSoftmax a basic
-// block ends after the softmax (basic_block_end), so the wait follows every exponential, and the
-// e4m3 packs of P, which ptxas otherwise interleaves with them, follow the wait. With
-// Config::kRescaleUnderQk the O *= correction moves to just before the P V that adds to O
-// (between the two issues), so the multiplies run while S = Q K^T is on the tensor cores.
+// block ends after the softmax (basic_block_end), so the wait follows every exponential. With
+// Config::kStepPairs the unmasked steps run two to a loop iteration from ring stage 0, so their
+// stages are constants. With Config::kRescaleUnderQk the O *= correction moves to just before
+// the P V that adds to O (between the two issues), so the multiplies run while S = Q K^T is on
+// the tensor cores.
 //
 // Ping-pong: a warpgroup issues its GEMMs only on its turn, so while one warpgroup's GEMMs run the
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
@@ -260,7 +261,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
             sm90_softmax_update<Config>(softmax, s, scale_log2, correction, allowance);
         if (kLazy) rescale = __any_sync(0xffffffff, moved);
         sm90_trace(Sm90Event::kSoftmaxDone);
-        if constexpr (Config::kPvWaitAfterSoftmax) basic_block_end(never);
+        // Both row sums take every exponential of the step.
+        if constexpr (Config::kPvWaitAfterSoftmax)
+          basic_block_end(never, softmax.row_sum[0] + softmax.row_sum[1]);
         wgmma_wait_group<0>();  // P V done: its stage and the P registers are free
         fence_accumulators(o);
         sm90_trace(Sm90Event::kPvDone);
@@ -282,7 +285,19 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       const int masked_end = masked_steps < num_tiles ? masked_steps : num_tiles;
       int step = 1;
       for (; step < masked_end; ++step) step_once(step, kStepsMasked);
-      for (; step < num_tiles; ++step) step_once(step, kStepsUnmasked);
+      if constexpr (Config::kStepPairs) {
+        // Pairs start at ring stage 0, so both steps' stages are constants; a step alone first
+        // takes the ring there, and one after the pairs ends an odd count.
+        if (step < num_tiles && ring.stage != 0) step_once(step++, kStepsUnmasked);
+        for (; step + 1 < num_tiles; step += 2) {
+          ring.stage = 0;  // what it holds: two advances from 0 come back to 0
+          step_once(step, kStepsUnmasked);
+          step_once(step + 1, kStepsUnmasked);
+        }
+        if (step < num_tiles) step_once(step, kStepsUnmasked);
+      } else {
+        for (; step < num_tiles; ++step) step_once(step, kStepsUnmasked);
+      }
     }
 
     // Epilogue of the loop: P V of the last tile.

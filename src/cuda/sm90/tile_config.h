@@ -154,6 +154,9 @@ struct Sm90TileConfig {
   static constexpr bool kTotalsUnderPv = kRow.has(Sm90Switch::kTotalsUnderPv);
   static constexpr bool kStepDescriptors = kRow.has(Sm90Switch::kStepDescriptors);
   static constexpr bool kPvWaitAfterSoftmax = kRow.has(Sm90Switch::kPvWaitAfterSoftmax);
+  static constexpr bool kStepPairs = kRow.has(Sm90Switch::kStepPairs);
+  static_assert(!kStepPairs || kStages == 2, "kStepPairs: two K/V stages, so a pair starts at 0");
+  static_assert(!kStepPairs || !kSoftmaxAfterPv, "kStepPairs: the unmasked steps' own loop");
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.

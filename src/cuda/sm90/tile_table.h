@@ -61,6 +61,11 @@ enum class Sm90Switch : unsigned {
   // the fp8 d128 / d256 rows 0.91-0.99x, the 16-bit d128 rows the LLM shapes 0.966x
   // (docs/kernels.md, runs 275-276).
   kPvWaitAfterSoftmax = 1u << 11,
+  // The unmasked KV steps in pairs that start at ring stage 0 (two-stage rows), so each step's
+  // stage, barrier and descriptor addresses are constants. Taken with kPvWaitAfterSoftmax, whose
+  // block end keeps each step's P V wait after its exponentials: without it ptxas put the first
+  // step's wait before them and the pairs ran 0.983x on the fp8 rows (docs/kernels.md, run 274).
+  kStepPairs = 1u << 12,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -126,6 +131,7 @@ constexpr Sm90Switch kLoneWait = Sm90Switch::kLoneStoreWait;
 constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
+constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -241,7 +247,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
-       sm90_table::kLateWait, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLateWait | sm90_table::kPairs, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
@@ -250,7 +256,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
-       sm90_table::kLateWait, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kLateWait | sm90_table::kPairs, /*cluster_m=*/1, /*input_bytes=*/1},
     { 128, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
