@@ -64,7 +64,9 @@ enum class Sm90Switch : unsigned {
   // The unmasked KV steps in pairs that start at ring stage 0 (two-stage rows), so each step's
   // stage, barrier and descriptor addresses are constants. Taken with kPvWaitAfterSoftmax, whose
   // block end keeps each step's P V wait after its exponentials: without it ptxas put the first
-  // step's wait before them and the pairs ran 0.983x on the fp8 rows (docs/kernels.md, run 274).
+  // step's wait before them and the pairs ran 0.983x on the fp8 rows (run 274). With it the fp8
+  // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
+  // d128 / d256 rows 0.907-0.972x (docs/kernels.md, runs 278-281).
   kStepPairs = 1u << 12,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
@@ -210,7 +212,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              48 KB = 184 KB; registers 32 + 80 + 20 + ~40 = 172 over 160 as estimated, and
     //              ptxas fits the consumers without a spill. 4% fewer instructions a score: at
     //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%). The P V
-    //              wait after the softmax (kLateWait, measured at the switch)
+    //              wait after the softmax (kLateWait) and the steps in pairs (kPairs): measured
+    //              at the switches
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
