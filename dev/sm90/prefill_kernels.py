@@ -35,7 +35,8 @@ def main():
     batch = max(1, GRID_TOKENS // seqlen)
     heads = (2048 // head_dim) * GRID_TOKENS // (batch * seqlen)
     if heads < 1:
-        sys.exit(f"seqlen {seqlen}: past {GRID_TOKENS * (2048 // head_dim)} no head is left")
+        sys.exit(f"seqlen {seqlen}: longer than the grid's {GRID_TOKENS * (2048 // head_dim)} "
+                 "tokens x heads, so no head is left")
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rand(*shape):

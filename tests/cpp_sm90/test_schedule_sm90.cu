@@ -1,8 +1,8 @@
 // Device test of cuda/ptx/schedule.cuh: opaque_false() is false on every thread of every block,
 // and a loop whose iterations end a basic block with basic_block_end() computes what the same
-// loop computes without it (the branch around the nanosleep and the store is never taken, so
-// nothing is stored at address 0 either). Where the blocks
-// end in the SASS is what the kernel notebook checks (dev/sm90/sass_steps.py), not this test.
+// loop computes without it (the branch around the nanosleep and the store is never taken: a
+// store to address 0 would fault the kernel). Where the blocks end in the SASS is what the
+// kernel notebook checks (dev/sm90/sass_steps.py), not this test.
 #include <cmath>
 #include <vector>
 
