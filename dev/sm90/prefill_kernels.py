@@ -26,6 +26,7 @@ except ImportError:
     fa3 = None
 
 GRID_TOKENS = 16384  # batch x seqlen of every standard-grid config
+GRID_WIDTH = 2048  # heads x head_dim of every standard-grid config
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
 
 
@@ -33,10 +34,11 @@ def main():
     seqlen, head_dim, causal = int(sys.argv[1]), int(sys.argv[2]), bool(int(sys.argv[3]))
     dtype = DTYPES[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
     batch = max(1, GRID_TOKENS // seqlen)
-    heads = (2048 // head_dim) * GRID_TOKENS // (batch * seqlen)
+    heads = (GRID_WIDTH // head_dim) * GRID_TOKENS // (batch * seqlen)
     if heads < 1:
-        sys.exit(f"seqlen {seqlen}: longer than the grid's {GRID_TOKENS * (2048 // head_dim)} "
-                 "tokens x heads, so no head is left")
+        longest = GRID_TOKENS * (GRID_WIDTH // head_dim)
+        sys.exit(f"seqlen {seqlen}: longer than the grid's {longest} tokens x heads, "
+                 "so no head is left")
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rand(*shape):

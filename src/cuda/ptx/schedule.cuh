@@ -1,8 +1,8 @@
 // Where ptxas may move instructions. ptxas moves a wgmma wait (which has no register inputs)
 // anywhere within its basic block, but not above a branch it cannot prove dead: a wait placed
 // after the branch in the source stays after what comes before it. Other instructions may still
-// cross the branch: ptxas sank a step's exponentials past one (docs/kernels.md, run 275), so read
-// the SASS of every kernel that relies on it.
+// cross the branch: ptxas sank a step's exponentials past one (docs/kernels.md, runs 274-275),
+// so read the SASS of every kernel that relies on it.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +21,12 @@ __device__ __forceinline__ bool opaque_false() {
 
 // Ends the basic block here: a branch on `never` (opaque_false()) around a block ptxas must keep,
 // a NANOSLEEP and a store of `computed_before`. The store names the value as an input, so every
-// instruction that computes it stays before the branch: with the NANOSLEEP alone ptxas sank a
-// step's exponentials past it when the steps ran in pairs (docs/kernels.md, run 274). The block
-// never runs, so the store's address (0) is never written. A block of one predicable
-// instruction (the store alone) would be predicated instead, with no branch and no block end.
-// In the fp8 d64 step the branch is the one instruction that runs (on a predicate set once a
-// tile); ptxas moves the add of `computed_before` into the block, beside the NANOSLEEP and the
-// store, so its inputs are what the branch waits for.
+// instruction that computes it stays before the branch (the NANOSLEEP alone does not hold them:
+// see above). The block never runs, so the store's address (0) is never written. A block of one
+// predicable instruction (the store alone) would be predicated instead, with no branch and no
+// block end. In the fp8 d64 step the branch is the one instruction that runs (on a predicate set
+// once a tile); ptxas moves the add of `computed_before` into the block, so its inputs are what
+// the branch waits for.
 __device__ __forceinline__ void basic_block_end(bool never, float computed_before) {
   if (never) {
     asm volatile(

@@ -157,6 +157,8 @@ struct Sm90TileConfig {
   static constexpr bool kStepPairs = kRow.has(Sm90Switch::kStepPairs);
   static_assert(!kStepPairs || kStages == 2, "kStepPairs: two K/V stages, so a pair starts at 0");
   static_assert(!kStepPairs || !kSoftmaxAfterPv, "kStepPairs: the unmasked steps' own loop");
+  static_assert(!kStepPairs || kPvWaitAfterSoftmax,
+                "kStepPairs: with kPvWaitAfterSoftmax, or ptxas may wait before the exponentials");
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.

@@ -57,12 +57,12 @@ enum class Sm90Switch : unsigned {
   kStepDescriptors = 1u << 10,
   // A consumer's wait for its own P V after the softmax's last exponential (consumer_overlap.cuh),
   // where ptxas would put it after about a third of them. The fp8 d64 rows of 160 keys ran
-  // 1.006-1.020x with it at 4k-16k (three consumers hide the P packs that then follow the wait);
+  // 1.006-1.020x with it at 4k-16k (three consumers hide the P moves that then follow the wait);
   // the fp8 d128 / d256 rows 0.91-0.99x, the 16-bit d128 rows the LLM shapes 0.966x
   // (docs/kernels.md, runs 275-276).
   kPvWaitAfterSoftmax = 1u << 11,
   // The unmasked KV steps in pairs that start at ring stage 0 (two-stage rows), so each step's
-  // stage, barrier and descriptor addresses are constants. Taken with kPvWaitAfterSoftmax, whose
+  // stage, barrier and descriptor addresses are constants. Needs kPvWaitAfterSoftmax, whose
   // block end keeps each step's P V wait after its exponentials: without it ptxas put the first
   // step's wait before them and the pairs ran 0.983x on the fp8 rows (run 274). With it the fp8
   // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
