@@ -34,11 +34,11 @@ def main():
     seqlen, head_dim, causal = int(sys.argv[1]), int(sys.argv[2]), bool(int(sys.argv[3]))
     dtype = DTYPES[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
     batch = max(1, GRID_TOKENS // seqlen)
-    heads = (GRID_WIDTH // head_dim) * GRID_TOKENS // (batch * seqlen)
+    grid_heads = GRID_WIDTH // head_dim  # the heads of every config up to 16k
+    heads = grid_heads * GRID_TOKENS // (batch * seqlen)
     if heads < 1:
-        longest = GRID_TOKENS * (GRID_WIDTH // head_dim)
-        sys.exit(f"seqlen {seqlen}: longer than the grid's {longest} tokens x heads, "
-                 "so no head is left")
+        sys.exit(f"seqlen {seqlen}: longer than the grid's {GRID_TOKENS * grid_heads} tokens x "
+                 "heads, so no head is left")
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rand(*shape):
