@@ -139,7 +139,7 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None, ping_pong=True, read_under_s=False):
+                 mutant=None, ping_pong=True):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
         # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
@@ -161,12 +161,6 @@ class Cta:
         # loading that tile's V_c there.
         # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
         self.lone_store_wait = transpose
-        # Sm90Switch::kStoreReadUnderNextS: the storing thread waits for the read and arrives on
-        # o_free after its next tile's first S issue (or before a Q wait that has not landed:
-        # mutant "no_q_test" leaves that out and must deadlock).
-        self.read_under_s = read_under_s
-        self.read_pending = [False, False]  # consumer c's storing thread owes o_free an arrival
-        self.store_read_done = [True, True]
         self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(2)]
         self.smem = Smem(stages)
         self.q_full = MBarrier("q_full", 1)
@@ -304,13 +298,7 @@ class Cta:
                 def store_read(v=v, c=c, who=who, has_rows=has_rows):
                     if has_rows:
                         self.smem.end_read(v, who + " store")
-                    if self.read_under_s:
-                        self.store_read_done[c] = True
-                    else:
-                        self.o_free[c].arrive()
-                if self.read_under_s:
-                    self.store_read_done[c] = False
-                    self.read_pending[c] = True
+                    self.o_free[c].arrive()
                 if has_rows:
                     self.smem.start_read(v, ("O", tile_id, c), who + " store")
                 self.async_events.append(store_read)
@@ -347,37 +335,23 @@ class Cta:
         if self.persistent:
             self.q_empty.arrive()
 
-    def finish_o_read(self, c):
-        # pipeline.cuh sm90_finish_o_read: the pending wait for the store's read, then o_free.
-        if self.read_pending[c]:
-            yield lambda c=c: self.store_read_done[c]
-            self.o_free[c].arrive()
-            self.read_pending[c] = False
-
-    def wait_q(self, c, q_phase):
-        # kernel.cuh: a pending read is finished first where Q has not landed.
-        if self.mutant != "no_q_test" and not self.q_full.passed(q_phase):
-            yield from self.finish_o_read(c)
-        yield lambda qp=q_phase: self.q_full.passed(qp)
-
     def consume_tiles(self, c, tile_work):
         # The consumer's tile loop (kernel.cuh): wait for Q, read the slot, the tile's KV steps
         # (tile_work; none: hand Q back at once), epilogue; after the last tile, the -1 slot.
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
         for tile_id, count, skip_q0 in self.tiles:
-            yield from self.wait_q(c, q_phase)
+            yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, tile_id)
             has_rows = not (skip_q0 and c == 0)
             self.q_expect[c] = tile_id if has_rows else ANY
             if count == 0:
-                yield from self.finish_o_read(c)
                 self.release_q_after_last_qk()
             else:
                 yield from tile_work(c, tile_id, count, ring)
             yield from self.epilogue(c, tile_id, ring, has_rows)
             q_phase ^= 1
         if self.persistent:
-            yield from self.wait_q(c, q_phase)
+            yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, -1)
 
     def plain_tile(self, c, tile_id, count, ring):
@@ -419,7 +393,6 @@ class Cta:
         self.smem.start_read(f"q{c}", self.q_expect[c], who)
         self.smem.start_read(f"k{s}", (tile_id, 0), who)
         self.turn_end(c)
-        yield from self.finish_o_read(c)  # under that S (kStoreReadUnderNextS)
         yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
         self.k_empty[s].arrive(128)
         if count == 1:
@@ -510,25 +483,20 @@ def main():
             ("pplain", "own", False, True), ("pplain", "vring", False, True),
             ("persistent", "own", True, True), ("persistent", "regs", True, True),
             ("persistent", "own", True, False), ("persistent", "regs", True, False),
-            ("persistent", "vring", True, True), ("persistent", "vring", True, False),
-            ("persistent", "vring", True, "read under S")):
-        read_under_s = ping_pong == "read under S"  # the fp8 d256 rows: no turns
-        if read_under_s:
-            ping_pong = False
+            ("persistent", "vring", True, True), ("persistent", "vring", True, False)):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
                 Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    ping_pong=ping_pong, read_under_s=read_under_s).run()
+                    ping_pong=ping_pong).run()
             except ModelError as e:
                 print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
-                      f"read_under_s={read_under_s} stages={stages} tiles={tiles} seed={i}: {e}")
+                      f"stages={stages} tiles={tiles} seed={i}: {e}")
                 return 1
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
-        late = ", the store's read waited for under the next S" if read_under_s else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}{turns}{late}): {runs} random interleavings")
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}): {runs} random interleavings")
     # The model must see the FP8 mistakes it is meant to catch.
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
         caught = False
@@ -544,19 +512,6 @@ def main():
             print(f"FAIL the FP8 mutant {mutant} passed {runs} interleavings")
             return 1
         print(f"ok FP8 mutant {mutant} caught")
-    # Without the Q test a short tile's Q waits for an o_free that waits for that Q.
-    caught = False
-    for i in range(runs):
-        try:
-            Cta(random_tiles(rng, True), rng.choice([2, 3]), "persistent", random.Random(i),
-                "vring", True, "no_q_test", ping_pong=False, read_under_s=True).run()
-        except ModelError:
-            caught = True
-            break
-    if not caught:
-        print(f"FAIL the mutant no_q_test passed {runs} interleavings")
-        return 1
-    print("ok mutant no_q_test caught")
     return 0
 
 

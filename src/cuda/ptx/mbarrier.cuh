@@ -76,22 +76,6 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* barrier, uint
   return done != 0;
 }
 
-// True if the phase with the given parity has completed, answered at once (test_wait never
-// suspends the thread).
-__device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* barrier, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred ready;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, ready;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(barrier)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* barrier, uint32_t parity) {
   while (!mbarrier_try_wait_parity(barrier, parity)) {
   }

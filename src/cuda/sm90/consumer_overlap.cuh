@@ -169,8 +169,6 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   mbarrier_wait_parity(smem.q_full(), state.q_phase);
   sm90_trace(Sm90Event::kQReady);
   RingPosition<Config::kStages>& ring = state.ring;
-  // Passing a block waits for its V, which may load behind this consumer's o_free.
-  if (dead_blocks > 0) sm90_finish_o_read<Config>(release);
   sm90_pass_dead_blocks<Config, Layout>(smem, dead_blocks, ring, turns);
   const int num_tiles = kv_tiles.count() - dead_blocks;
   int first_masked = 0;
@@ -179,10 +177,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
   // about the slab then folds the epilogue's row checks).
   const int epilogue_row_begin = kComputes ? rows.slab_row_begin : slab_row_begin;
   Sm90RowTotals totals;  // read by the epilogue only where the row takes them early
-  if (num_tiles == 0) {
-    sm90_finish_o_read<Config>(release);
-    release.after_last_qk();
-  }
+  if (num_tiles == 0) release.after_last_qk();
   if (num_tiles > 0) {
     // Prologue: S of the first tile alone.
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
@@ -193,7 +188,6 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     if constexpr (kComputes) Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     turns.end();
     sm90_trace(Sm90Event::kIssued);
-    sm90_finish_o_read<Config>(release);  // under that S
     if constexpr (kComputes) {
       wgmma_wait_group<0>();
       fence_accumulators(s);

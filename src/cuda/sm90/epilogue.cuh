@@ -260,15 +260,14 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
     if (release.q_empty == nullptr) {
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store
-    } else if (release.staging_read_barrier() != nullptr && !Config::kStoreReadUnderNextS) {
+    } else if (release.staging_read_barrier() != nullptr) {
       tma_store_wait_reads();  // then the buffer may take the next tile's Q or V
     }  // own buffer: the next epilogue waits for the reads, the kernel's end for the writes
   }
   if (Config::kLoneStoreWait && release.stages_o_in_v_ring()) {
     // Every thread arrives at once but the storing one, which arrives once the store has read the
-    // stage: o_free completes then, and the others start the next tile meanwhile. With
-    // kStoreReadUnderNextS the storing thread leaves its wait and arrival to sm90_finish_o_read.
-    if (!Config::kStoreReadUnderNextS || thread_in_warpgroup != 0) mbarrier_arrive(release.o_free);
+    // stage: o_free completes then, and the others start the next tile meanwhile.
+    mbarrier_arrive(release.o_free);
     return;
   }
   if (uint64_t* read_barrier = release.staging_read_barrier()) {
@@ -318,8 +317,6 @@ __device__ __forceinline__ static void store(float (&o)[kOAccRegs],
   }
   sm90_epilogue<kDType, Config, Layout>(o, softmax, totals, staging, map_o, params, kv_split, tile,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
-  if (Config::kStoreReadUnderNextS && release.stages_o_in_v_ring() && thread_in_warpgroup == 0)
-    release.o_read_pending = true;
   state.q_phase ^= 1;
 }
 };

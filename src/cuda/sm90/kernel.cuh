@@ -229,13 +229,6 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
                                                     thread_in_warpgroup, state, release, turns);
       }
       if (!Scheduler::kPersistent) break;
-      // A pending O read (kStoreReadUnderNextS) is finished before the scheduler waits for a Q
-      // that has not landed: the producer may hold that Q for this consumer's o_free.
-      if constexpr (Config::kStoreReadUnderNextS) {
-        if (release.o_read_pending && !mbarrier_test_wait_parity(smem.q_full(), state.q_phase)) {
-          sm90_finish_o_read<Config>(release);
-        }
-      }
     }
     turns.finish();
     if (Scheduler::kPersistent && thread_in_warpgroup == 0) tma_store_wait_all();  // last O store

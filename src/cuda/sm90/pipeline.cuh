@@ -9,7 +9,6 @@
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/ptx/mbarrier.cuh"
-#include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
@@ -275,30 +274,10 @@ struct Sm90QRelease {
   __device__ __forceinline__ uint64_t* staging_read_barrier() const {
     return stages_o_in_v_ring() ? o_free : hands_back_after_store() ? q_empty : nullptr;
   }
-  // Config::kStoreReadUnderNextS, the storing thread: its last O store may still be reading its
-  // V stage, and o_free awaits this thread's arrival (sm90_finish_o_read). The one member that
-  // changes from tile to tile, hence mutable: the tile code takes the release as const.
-  mutable bool o_read_pending = false;
   __device__ __forceinline__ void after_last_qk() const {
     if (hands_back_early()) mbarrier_arrive(q_empty);
   }
 };
-
-// Config::kStoreReadUnderNextS: the storing thread's wait for its last O store's read and its
-// arrival on o_free, where the epilogue left them pending. Called after the next tile's first S
-// issue, or where the tile has none, and before the scheduler waits for a Q that has not landed:
-// a tile with fewer V loads than consumers loads its Q only once every o_free completed
-// (producer.cuh), so that wait must not come first.
-template <class Config>
-__device__ __forceinline__ void sm90_finish_o_read(const Sm90QRelease& release) {
-  if constexpr (Config::kStoreReadUnderNextS) {
-    if (release.o_read_pending) {
-      tma_store_wait_reads();
-      mbarrier_arrive(release.o_free);
-      release.o_read_pending = false;
-    }
-  }
-}
 
 // Where a consumer stages O with Config::kOStagingInVRing: consumer c in the V stage c places past
 // `next` (the ring position after the tile), once every consumer has finished reading the V last

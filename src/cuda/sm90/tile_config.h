@@ -222,11 +222,6 @@ struct Sm90TileConfig {
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kOSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   static constexpr bool kLoneStoreWait = kOStagingInVRing && kRow.has(Sm90Switch::kLoneStoreWait);
-  static constexpr bool kStoreReadUnderNextS = kRow.has(Sm90Switch::kStoreReadUnderNextS);
-  // Without turns: with them the storing consumer's next first S could wait for the other
-  // consumer's turn, which may wait for a V behind this consumer's o_free.
-  static_assert(!kStoreReadUnderNextS || (kLoneStoreWait && !kPingPong && kPersistent),
-                "kStoreReadUnderNextS: persistent, O in the V ring, kLoneStoreWait, no turns");
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing
                                                       : kTransposesV     ? Sm90OStaging::kRegisters
