@@ -12,6 +12,7 @@ heads 2048 / head_dim (BENCHMARKS.md's standard grid). Past 16k the batch stays 
 shrink with the length (32k: half the heads), so every length has the grid's tiles. fp8: e4m3
 inputs of std-1 normals, descales 1, out bf16.
 """
+import os
 import sys
 
 import torch
@@ -25,20 +26,21 @@ try:
 except ImportError:
     fa3 = None
 
-GRID_TOKENS = 16384  # batch x seqlen of every standard-grid config
-GRID_WIDTH = 2048  # heads x head_dim of every standard-grid config
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from compare_grids import STANDARD_HIDDEN, STANDARD_TOKENS  # noqa: E402
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}
 
 
 def main():
     seqlen, head_dim, causal = int(sys.argv[1]), int(sys.argv[2]), bool(int(sys.argv[3]))
     dtype = DTYPES[sys.argv[4] if len(sys.argv) > 4 else "bf16"]
-    batch = max(1, GRID_TOKENS // seqlen)
-    grid_heads = GRID_WIDTH // head_dim  # the heads of every config up to 16k
-    heads = grid_heads * GRID_TOKENS // (batch * seqlen)
+    batch = max(1, STANDARD_TOKENS // seqlen)
+    grid_heads = STANDARD_HIDDEN // head_dim  # the heads of every config up to 16k
+    heads = grid_heads * STANDARD_TOKENS // (batch * seqlen)
     if heads < 1:
-        sys.exit(f"seqlen {seqlen}: longer than the grid's {GRID_TOKENS * grid_heads} tokens x "
-                 "heads, so no head is left")
+        sys.exit(f"seqlen {seqlen}: longer than the grid's {STANDARD_TOKENS * grid_heads} tokens "
+                 "x heads, so no head is left")
     gen = torch.Generator(device="cuda").manual_seed(0)
 
     def rand(*shape):
