@@ -17,10 +17,8 @@ FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage int
 (vt_full / v_raw_empty), the consumers read V^T, and the producer stops the transposer after its
 last V with the stop word; O staged in its own buffer, in a raw V stage or stored from registers
 ("regs"); with ping-pong turns and without (ping_pong=False, the fp8 rows'
-Sm90Switch::kNoPingPong), and with consumer 1 storing both consumers' O (the fp8 d256 rows'
-Sm90Switch::kLastConsumerStores). Three mutants must fail: a stop that waits for the next stage
-only, a transposer that does not wait for v_empty before overwriting V^T, and consumer 1 storing
-without waiting for consumer 0's staging.
+Sm90Switch::kNoPingPong). Two FP8 mutants must fail: a stop that waits for the next stage only,
+a transposer that does not wait for v_empty before overwriting V^T.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -141,7 +139,7 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None, ping_pong=True, last_stores=False):
+                 mutant=None, ping_pong=True):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
         # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
@@ -163,11 +161,6 @@ class Cta:
         # loading that tile's V_c there.
         # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
         self.lone_store_wait = transpose
-        # Sm90Switch::kLastConsumerStores: consumer 1's storing thread stores both consumers' O
-        # once consumer 0 has arrived on the O-staged named barrier (epilogue.cuh).
-        self.last_stores = last_stores
-        self.o_staged = NamedBarrier("o_staged", "c1")
-        self.staged_slab = [None, None]  # (V stage, has rows) each consumer staged O in
         self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(2)]
         self.smem = Smem(stages)
         self.q_full = MBarrier("q_full", 1)
@@ -297,9 +290,6 @@ class Cta:
             v_read = self.v_raw_empty if self.transpose else self.v_empty
             yield lambda s=pos.stage, ph=pos.phase: v_read[s].passed(ph ^ 1)
             self.smem.write(v, ("O", tile_id, c), who)
-            if self.last_stores:
-                yield from self.store_staged_slabs(c, tile_id, has_rows, v)
-                return
             if self.lone_store_wait:
                 # The storing thread alone waits for the store's reads and arrives on o_free
                 # last; the consumer's other threads arrive at once and go on to the next tile.
@@ -344,32 +334,6 @@ class Cta:
             self.smem.end_read(q, who + " store")
         if self.persistent:
             self.q_empty.arrive()
-
-    def store_staged_slabs(self, c, tile_id, has_rows, v):
-        # epilogue.cuh sm90_store_staged_slabs: consumer 0 arrives on o_staged and on o_free but
-        # for its thread 0; consumer 1 syncs, then stores both slabs, and each store's read
-        # arrives for its consumer's thread 0.
-        self.o_free[c].arrive(self.o_free[c].count - 1)
-        self.staged_slab[c] = (v, has_rows)
-        if c == 0:
-            self.o_staged.arrive("c0")
-            return
-        generation = self.o_staged.sync("c1")
-        if self.mutant != "no_staged_wait":
-            yield lambda g=generation: self.o_staged.generation > g
-        for slab in (0, 1):
-            if self.staged_slab[slab] is None:
-                raise ModelError(f"c1 stores slab {slab} before it was staged")
-            buf, rows = self.staged_slab[slab]
-
-            def store_read(buf=buf, slab=slab, rows=rows):
-                if rows:
-                    self.smem.end_read(buf, f"c{slab} store")
-                self.o_free[slab].arrive()
-            if rows:
-                self.smem.start_read(buf, ("O", tile_id, slab), f"c{slab} store")
-            self.async_events.append(store_read)
-        self.staged_slab = [None, None]
 
     def consume_tiles(self, c, tile_work):
         # The consumer's tile loop (kernel.cuh): wait for Q, read the slot, the tile's KV steps
@@ -519,26 +483,20 @@ def main():
             ("pplain", "own", False, True), ("pplain", "vring", False, True),
             ("persistent", "own", True, True), ("persistent", "regs", True, True),
             ("persistent", "own", True, False), ("persistent", "regs", True, False),
-            ("persistent", "vring", True, True), ("persistent", "vring", True, False),
-            ("persistent", "vring", True, "last stores")):
-        last_stores = ping_pong == "last stores"  # the fp8 d256 rows: no turns
-        if last_stores:
-            ping_pong = False
+            ("persistent", "vring", True, True), ("persistent", "vring", True, False)):
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
                 Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    ping_pong=ping_pong, last_stores=last_stores).run()
+                    ping_pong=ping_pong).run()
             except ModelError as e:
                 print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
-                      f"last_stores={last_stores} stages={stages} tiles={tiles} seed={i}: {e}")
+                      f"stages={stages} tiles={tiles} seed={i}: {e}")
                 return 1
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
-        last = ", consumer 1 storing both slabs" if last_stores else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}{turns}{last}): {runs} random "
-              "interleavings")
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}): {runs} random interleavings")
     # The model must see the FP8 mistakes it is meant to catch.
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
         caught = False
@@ -554,19 +512,6 @@ def main():
             print(f"FAIL the FP8 mutant {mutant} passed {runs} interleavings")
             return 1
         print(f"ok FP8 mutant {mutant} caught")
-    # Consumer 1 storing both slabs without waiting for consumer 0's staging.
-    caught = False
-    for i in range(runs):
-        try:
-            Cta(random_tiles(rng, True), rng.choice([2, 3]), "persistent", random.Random(i),
-                "vring", True, "no_staged_wait", ping_pong=False, last_stores=True).run()
-        except ModelError:
-            caught = True
-            break
-    if not caught:
-        print(f"FAIL the mutant no_staged_wait passed {runs} interleavings")
-        return 1
-    print("ok mutant no_staged_wait caught")
     return 0
 
 

@@ -263,8 +263,6 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   using Bf16D256 = Sm90TableConfig<256, true, 0, DType::kBFloat16>;
   EXPECT_EQ(Bf16D256::kPersistentOStaging, Sm90OStaging::kVRing);
   static_assert(D256::kLoneStoreWait && !Bf16D256::kLoneStoreWait);
-  // The FP8 one stores both consumers' O from the last consumer's first thread.
-  static_assert(D256::kLastConsumerStores && !Bf16D256::kLastConsumerStores);
   static_assert(!D128::kLoneStoreWait);  // O in a buffer of its own: no o_free
   // The transposer's words: vt_full, v_raw_empty and v_keys per stage, and the stop word.
   EXPECT_EQ(D256::kBarrierCount,

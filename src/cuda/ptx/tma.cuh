@@ -87,18 +87,6 @@ __device__ __forceinline__ void tma_store_wait_reads() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
-// Waits until every committed store but the newest `pending` (0-2; a constant once inlined, the
-// instruction takes an immediate) has read its shared memory.
-__device__ __forceinline__ void tma_store_wait_reads_but(int pending) {
-  if (pending >= 2) {
-    asm volatile("cp.async.bulk.wait_group.read 2;\n" ::: "memory");
-  } else if (pending == 1) {
-    asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-  } else {
-    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  }
-}
-
 // Waits until every committed store has finished (global writes done, shared memory free).
 __device__ __forceinline__ void tma_store_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");

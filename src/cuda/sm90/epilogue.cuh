@@ -168,28 +168,6 @@ __device__ __forceinline__ Sm90RowTotals sm90_row_totals(const OnlineSoftmaxRows
   return totals;
 }
 
-// The TMA store of one slab's staged O (one box a 64-column block), not committed.
-template <class Config, class Layout>
-__device__ __forceinline__ void sm90_issue_o_store(const CUtensorMap* map_o,
-                                                   const AttentionParams& params,
-                                                   const Sm90Tile& tile, int slab_row_begin,
-                                                   int group_shift, const uint8_t* o_staging) {
-  const TmaRowCoord at = Layout::q_row(params, tile.batch, tile.sequence.q_start, tile.head,
-                                       sm90_row_position(slab_row_begin, group_shift));
-#pragma unroll
-  for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
-    const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
-    if constexpr (Config::kTransposesV) {  // FP8 d64 runs d128: no box wholly past head_dim
-      if (block * Config::kOutBoxCols >= params.head_dim) break;
-    }
-    if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
-      tma_store_5d(map_o, src, block * Config::kOutBoxCols, 0, at.row, at.head, at.batch);
-    } else {
-      tma_store_4d(map_o, src, block * Config::kOutBoxCols, at.row, at.head, at.batch);
-    }
-  }
-}
-
 // `early`: sm90_row_totals' for rows with Config::kTotalsUnderPv; unread otherwise.
 template <DType kDType, class Config, class Layout, int kOAccRegs>
 __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
@@ -258,14 +236,26 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     }
   }
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
-  if constexpr (Config::kLastConsumerStores) return;  // sm90_store_staged_slabs stores it
   named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   sm90_trace(Sm90Event::kOStaged);
   if (thread_in_warpgroup == 0) {
     if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
         !bounded_store) {
-      sm90_issue_o_store<Config, Layout>(map_o, params, tile, slab_row_begin, group_shift,
-                                         o_staging);
+      const TmaRowCoord at =
+          Layout::q_row(params, batch, tile.sequence.q_start, head,
+                        sm90_row_position(slab_row_begin, group_shift));
+#pragma unroll
+      for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
+        const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
+        if constexpr (Config::kTransposesV) {  // FP8 d64 runs d128: no box wholly past head_dim
+          if (block * Config::kOutBoxCols >= params.head_dim) break;
+        }
+        if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
+          tma_store_5d(map_o, src, block * Config::kOutBoxCols, 0, at.row, at.head, at.batch);
+        } else {
+          tma_store_4d(map_o, src, block * Config::kOutBoxCols, at.row, at.head, at.batch);
+        }
+      }
       tma_store_commit_group();
     }
     if (release.q_empty == nullptr) {
@@ -284,59 +274,6 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
     // Every thread learns that the store has read the buffer, then hands it back itself.
     named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
     mbarrier_arrive(read_barrier);
-  }
-}
-
-// Config::kLastConsumerStores, after every consumer staged its O in its V stage (sm90_epilogue):
-// the last consumer's first thread stores the slabs of all of them, each as its own bulk group,
-// and arrives on each consumer's o_free once its group has read the stage (in consumer order, the
-// order the producer loads the next V_c in). Every other thread arrives on its o_free at once and
-// goes on, so only the last consumer's first warp waits, first for the others' staging (the named
-// barrier orders their writes before the store), then for the reads. A consumer cannot stage the
-// next tile's O before this one's barrier completed: its next V, or without one the next Q, loads
-// after its o_free (producer.cuh).
-template <class Config, class Layout>
-__device__ __forceinline__ void sm90_store_staged_slabs(const Sm90SmemLayout<Config>& smem,
-                                                        const CUtensorMap* map_o,
-                                                        const AttentionParams& params,
-                                                        const Sm90Tile& tile,
-                                                        RingPosition<Config::kStages> next,
-                                                        int consumer, int thread_in_warpgroup,
-                                                        uint64_t* o_free) {
-  constexpr int kConsumers = Config::kConsumerWarpgroups;
-  constexpr uint32_t kAllConsumers = kConsumers * Config::kThreadsPerWarpgroup;
-  const uint32_t staged = sm90_barrier_id(Sm90NamedBarrier::kOStaged);
-  // Warp-uniform as the compiler sees it (a shuffle of lane 0's), as the consumer index is.
-  const int warp = __shfl_sync(0xffffffff, thread_in_warpgroup / 32, 0);
-  const bool storing_warp = consumer == kConsumers - 1 && warp == 0;
-  if (storing_warp) {
-    named_barrier_sync(staged, kAllConsumers);
-  } else {
-    named_barrier_arrive(staged, kAllConsumers);
-  }
-  // Each consumer's thread 0 leaves its arrival to the storing thread.
-  if (thread_in_warpgroup != 0) mbarrier_arrive(o_free);
-  if (!storing_warp || thread_in_warpgroup != 0) return;
-  sm90_trace(Sm90Event::kOStaged);
-  const int group_shift = sm90_group_shift<Config>(params);
-  const int query_rows = sm90_tile_query_rows<Layout>(params, tile, group_shift);
-#pragma unroll
-  for (int c = 0; c < kConsumers; ++c) {
-    const int slab_row_begin = sm90_slab_row_begin<Config>(tile, c);
-    // As sm90_epilogue's bounded stores: a slab crossing a packed sequence's end went out there.
-    const bool bounded_store = Layout::o_rows_overrun(params) &&
-                               slab_row_begin + Config::kRowsPerConsumer > query_rows;
-    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !bounded_store) {
-      const Sm90VStaging<Config::kStages> staging(next, c);
-      sm90_issue_o_store<Config, Layout>(map_o, params, tile, slab_row_begin, group_shift,
-                                         smem.v_tile(staging.stage));
-    }
-    tma_store_commit_group();  // empty where the slab has no rows: one group a consumer
-  }
-#pragma unroll
-  for (int c = 0; c < kConsumers; ++c) {
-    tma_store_wait_reads_but(kConsumers - 1 - c);
-    mbarrier_arrive(o_free + (c - consumer));  // smem_layout.cuh: one o_free a consumer, in order
   }
 }
 
@@ -380,10 +317,6 @@ __device__ __forceinline__ static void store(float (&o)[kOAccRegs],
   }
   sm90_epilogue<kDType, Config, Layout>(o, softmax, totals, staging, map_o, params, kv_split, tile,
                                 slab_row_begin, consumer, thread_in_warpgroup, release);
-  if constexpr (Config::kLastConsumerStores) {
-    sm90_store_staged_slabs<Config, Layout>(smem, map_o, params, tile, state.ring, consumer,
-                                            thread_in_warpgroup, release.o_free);
-  }
   state.q_phase ^= 1;
 }
 };

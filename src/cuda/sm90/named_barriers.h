@@ -16,9 +16,6 @@ enum class Sm90NamedBarrier : uint32_t {
   // General kernel, FP8: the transposer's 96 threads, between zeroing a V block's rows past the
   // keys and transposing them (v_transpose.cuh).
   kTransposer = 8,
-  // General kernel, Config::kLastConsumerStores: every consumer's O staged, before the last
-  // consumer's first warp stores them all (epilogue.cuh).
-  kOStaged = 9,
   // Decode kernel: every thread's GEMMs on a K/V stage completed before thread 0 reloads it.
   kDecodeStageFree = 1,
 };
@@ -36,10 +33,7 @@ static_assert(sm90_barrier_id(Sm90NamedBarrier::kEpilogueFirst, kSm90MaxConsumer
 static_assert(sm90_barrier_id(Sm90NamedBarrier::kTurnFirst, kSm90MaxConsumers - 1) <
                   sm90_barrier_id(Sm90NamedBarrier::kTransposer),
               "the turn and transposer barriers of the general kernel must not overlap");
-static_assert(sm90_barrier_id(Sm90NamedBarrier::kTransposer) <
-                  sm90_barrier_id(Sm90NamedBarrier::kOStaged),
-              "the transposer and O-staged barriers of the general kernel must not overlap");
-static_assert(sm90_barrier_id(Sm90NamedBarrier::kOStaged) < kSm90NamedBarrierCount,
+static_assert(sm90_barrier_id(Sm90NamedBarrier::kTransposer) < kSm90NamedBarrierCount,
               "named barrier ids end at 15");
 
 }  // namespace flashcore::detail

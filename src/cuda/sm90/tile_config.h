@@ -222,14 +222,10 @@ struct Sm90TileConfig {
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kOSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   static constexpr bool kLoneStoreWait = kOStagingInVRing && kRow.has(Sm90Switch::kLoneStoreWait);
-  static constexpr bool kLastConsumerStores =
-      kLoneStoreWait && kRow.has(Sm90Switch::kLastConsumerStores);
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing
                                                       : kTransposesV     ? Sm90OStaging::kRegisters
                                                                          : Sm90OStaging::kQSlab;
-  static_assert(!kLastConsumerStores || (kPersistent && !kPacksGroups),
-                "one thread storing every consumer's O: persistent unpacked tiles only");
   static_assert(!kTransposesV || (kPersistent && !kPacksGroups),
                 "FP8 tiles: persistent rows only (O is never staged in a Q slab), no packed GQA");
   // Arrivals that free the Q slabs for the next tile (persistent schedulers): every consumer

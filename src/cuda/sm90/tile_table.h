@@ -68,10 +68,6 @@ enum class Sm90Switch : unsigned {
   // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
   // d128 / d256 rows 0.907-0.972x (docs/kernels.md, runs 278-281).
   kStepPairs = 1u << 12,
-  // With kLoneStoreWait: the last consumer's storing thread stores every consumer's staged O (as
-  // FA3's epilogue does) and arrives on each o_free once that store has read its stage; the other
-  // consumers write O, arrive on a named barrier and start the next tile with no thread waiting.
-  kLastConsumerStores = 1u << 13,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -138,7 +134,6 @@ constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
-constexpr Sm90Switch kLastStores = Sm90Switch::kLastConsumerStores;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -279,12 +274,12 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
-       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc |
-       sm90_table::kLastStores, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
-       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc |
-       sm90_table::kLastStores, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
+       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     // clang-format on
 };
 
