@@ -14,14 +14,13 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-STANDARD_TOKENS = 16384  # batch * seqlen of the standard grid
-STANDARD_WIDTH = 2048  # heads * head_dim of the standard grid
+from compare_grids import STANDARD_HIDDEN, STANDARD_TOKENS  # noqa: E402
 
 
 def standard_records(records, dtype):
     return [r for r in records if r["dtype"] == dtype and r["seqlen_q"] == r["seqlen_k"]
             and r["batch"] * r["seqlen_q"] == STANDARD_TOKENS
-            and r["heads_q"] * r["head_dim"] == STANDARD_WIDTH]
+            and r["heads_q"] * r["head_dim"] == STANDARD_HIDDEN]
 
 
 def tflops(record, implementation):
