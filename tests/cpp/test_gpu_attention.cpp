@@ -243,40 +243,6 @@ TEST_P(GpuSm90TileRows, OneKeyLastTileInEveryRow) {
   }
 }
 
-// Rows with Sm90Switch::kHalfFirstBlock: a consumer whose rows see only the first BLOCK_N / 2
-// keys of its first KV block takes that block's S and P V at half width (consumer_overlap.cuh).
-// Per such row, causal shapes in its bucket where that holds: sq = sk at whole tiles (the first
-// tile's first consumer has that block alone, the others an unmasked step after it), keys ahead
-// by BLOCK_N / 2 + 8 (the tile's first rows end in the block before, so the step after it is
-// masked), by 3, and a query tail.
-TEST_P(GpuSm90TileRows, HalfFirstBlockCases) {
-  const DType dtype = GetParam();
-  int rows_with_switch = 0;
-  for (int head_dim : {64, 128, 256}) {
-    int served_above = 0;
-    for (int i = 0; i < detail::sm90_row_count(head_dim, true); ++i) {
-      const detail::Sm90TuningRow row = detail::sm90_tuning_row(head_dim, true, i);
-      const int bucket_low = served_above;
-      served_above = row.max_seqlen_q;
-      if (!row.has(detail::Sm90Switch::kHalfFirstBlock)) continue;
-      ++rows_with_switch;
-      // Whole tiles of both 128 and 192 rows, past the bucket's low end.
-      constexpr int kBothTileHeights = 384;
-      const int seqlen_q = (bucket_low / kBothTileHeights + 1) * kBothTileHeights;
-      for (int keys_ahead : {0, row.block_n / 2 + 8, 3}) {
-        for (int tail : {0, 37}) {
-          testing::ProblemShape s =
-              make_shape(seqlen_q + tail, seqlen_q + tail + keys_ahead, 4, 2, true);
-          s.dtype = dtype, s.head_dim = head_dim;
-          SCOPED_TRACE(s.describe() + " (BLOCK_N " + std::to_string(row.block_n) + ")");
-          run_and_check(s, Layout::kBSHD, 1.0f, Backend::kSM90);
-        }
-      }
-    }
-  }
-  EXPECT_GT(rows_with_switch, 0) << "no 16-bit causal row takes kHalfFirstBlock";
-}
-
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90TileRows,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 

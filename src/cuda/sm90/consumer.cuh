@@ -18,9 +18,8 @@
 namespace flashcore::detail {
 
 // What the 16-bit and FP8 consumer math share: the accumulator sizes and S = Q K^T, whose
-// operands are K-major for every element type. GemmSHalf_: the same wgmma at BLOCK_N / 2 (named
-// only; instantiated where a row takes Sm90Switch::kHalfFirstBlock).
-template <class Config, class GemmS_, class GemmSHalf_>
+// operands are K-major for every element type.
+template <class Config, class GemmS_>
 struct Sm90ConsumerMathBase {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockN = Config::kBlockN;
@@ -43,43 +42,12 @@ struct Sm90ConsumerMathBase {
     }
     wgmma_commit_group();
   }
-
-  // S = Q K^T in two wgmma of BLOCK_N / 2 keys each (the accumulator's registers run by column,
-  // so each half is an m64nN/2 accumulator), the second only where `both`: without it the second
-  // half of s keeps what it held, for the caller's mask to overwrite.
-  __device__ __forceinline__ static void issue_qk_halves(float (&s)[kSAccRegs], uint32_t q_slab,
-                                                         uint32_t k_tile, bool both) {
-    static_assert(Config::kHalfFirstBlock, "a row with Sm90Switch::kHalfFirstBlock");
-    constexpr int kHalfRegs = kSAccRegs / 2;
-    // K's rows are 128-byte rows in 8-row swizzle atoms: the second half starts kBlockN / 2
-    // rows on, atom-aligned, with the same column-block stride.
-    constexpr uint32_t kSecondHalfBytes = (kBlockN / 2) * kSm90SwizzleRowBytes;
-    float(&first)[kHalfRegs] = *reinterpret_cast<float(*)[kHalfRegs]>(&s[0]);
-    float(&second)[kHalfRegs] = *reinterpret_cast<float(*)[kHalfRegs]>(&s[kHalfRegs]);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < Config::kComputedHeadDim / kWgmmaK; ++k) {
-      GemmSHalf_::ss(first, kmajor_descriptor<Config::kRowsPerConsumer, kStepped>(q_slab, k),
-                     kmajor_descriptor<kBlockN, kStepped>(k_tile, k), k > 0 ? 1 : 0);
-    }
-    if (both) {
-#pragma unroll
-      for (int k = 0; k < Config::kComputedHeadDim / kWgmmaK; ++k) {
-        GemmSHalf_::ss(second, kmajor_descriptor<Config::kRowsPerConsumer, kStepped>(q_slab, k),
-                       kmajor_descriptor<kBlockN, kStepped>(k_tile + kSecondHalfBytes, k),
-                       k > 0 ? 1 : 0);
-      }
-    }
-    wgmma_commit_group();
-  }
 };
 
 template <DType kDType, class Config>
 struct Sm90ConsumerMath
-    : Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>,
-                           WgmmaM64K16<kDType, Config::kBlockN / 2>> {
-  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>,
-                                    WgmmaM64K16<kDType, Config::kBlockN / 2>>;
+    : Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>>;
   using Base::kBlockN;
   using Base::kOAccRegs;
   using Base::kPSteps;
@@ -87,15 +55,13 @@ struct Sm90ConsumerMath
   using GemmO = WgmmaM64K16<kDType, Config::kHeadDim>;
   static constexpr int kTransposeV = 1;  // V is [keys][head_dim]: MN-major as the B operand
 
-  // Issues O += P V (not waited for); kSteps < kPSteps: the first keys only (a P that is 0
-  // past them).
-  template <int kSteps = kPSteps>
+  // Issues O += P V (not waited for).
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
                                                   const uint32_t (&p)[kPSteps][4],
                                                   uint32_t v_tile) {
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
+    for (int k = 0; k < kPSteps; ++k) {
       GemmO::template rs<kTransposeV>(
           o, p[k], mnmajor_descriptor<kBlockN, Base::kStepped>(v_tile, k), 1);
     }
@@ -114,10 +80,8 @@ struct Sm90ConsumerMath
 // (v_transpose.cuh); O += P V^T with B K-major. v_descale multiplies O in the epilogue.
 template <class Config>
 struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
-    : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>,
-                           WgmmaM64K32E4M3<Config::kBlockN / 2>> {
-  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>,
-                                    WgmmaM64K32E4M3<Config::kBlockN / 2>>;
+    : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
   using Base::kOAccRegs;
   using Base::kPSteps;
   static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
@@ -126,15 +90,13 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
   using GemmO = WgmmaM64K32E4M3<Config::kComputedHeadDim>;
 
   // vt_tile: Config::kVtRows (the computed head_dim) rows of BLOCK_N keys, K-major
-  // (kmajor_descriptor's 32-byte steps are the k32 steps over the keys). kSteps as above; P's
-  // permuted key order stays within each k32 step.
-  template <int kSteps = kPSteps>
+  // (kmajor_descriptor's 32-byte steps are the k32 steps over the keys).
   __device__ __forceinline__ static void issue_pv(float (&o)[kOAccRegs],
                                                   const uint32_t (&p)[kPSteps][4],
                                                   uint32_t vt_tile) {
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
+    for (int k = 0; k < kPSteps; ++k) {
       GemmO::rs(o, p[k], kmajor_descriptor<Config::kVtRows, Base::kStepped>(vt_tile, k), 1);
     }
     wgmma_commit_group();
@@ -155,7 +117,6 @@ struct Sm90ThreadRows {
   int slab_row_begin;  // first query row of this consumer's 64-row slab
   int lane_col;        // this thread's first column within each group of 8
   int col_limit[2];    // one past the last visible key column of its two rows
-  int slab_col_limit;  // the same for the slab's last row: the most any of its rows sees
 
   __device__ __forceinline__ Sm90ThreadRows(const AttentionParams& params, const Sm90Tile& tile,
                                             int consumer, int thread_in_warpgroup) {
@@ -166,8 +127,6 @@ struct Sm90ThreadRows {
     const int group_shift = sm90_group_shift<Config>(params);  // see sm90_group_shift
     col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
     col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));
-    slab_col_limit = mask.col_limit(
-        sm90_row_position(slab_row_begin + Config::kRowsPerConsumer - 1, group_shift));
     lane_col = kAccPairColumns * (lane % kAccLanesPerRow);
   }
 };

@@ -130,9 +130,6 @@ enum class Sm90StepMask { kNone, kAll, kTested };
 constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kNone> kStepsUnmasked{};
 constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kAll> kStepsMasked{};
 constexpr std::integral_constant<Sm90StepMask, Sm90StepMask::kTested> kStepsTested{};
-// Whether a step's P V takes the previous block's first half of the keys only.
-constexpr std::false_type kFullPv{};
-constexpr std::true_type kHalfPv{};
 
 // One tile of consumer `consumer`: O and the row statistics of its rows (kComputes), or only the
 // tile's protocol (see the top of this file) with O = 0; then the Epilogue stores O and hands the
@@ -186,22 +183,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kKReady);
-    int n_block = kv_tiles.tile_at(dead_blocks);
-    // Config::kHalfFirstBlock: where every row of the consumer sees only the first half of this
-    // block's keys, its S and P V take that half (warpgroup-uniform: from the slab's last row).
-    bool half_first = false;
-    if constexpr (Config::kHalfFirstBlock && kComputes) {
-      half_first = rows.slab_col_limit <= n_block * Config::kBlockN + Config::kBlockN / 2;
-    }
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
-    if constexpr (kComputes) {
-      if constexpr (Config::kHalfFirstBlock) {
-        Math::issue_qk_halves(s, q_slab, smem_u32(smem.k_tile(ring.stage)), !half_first);
-      } else {
-        Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
-      }
-    }
+    if constexpr (kComputes) Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     turns.end();
     sm90_trace(Sm90Event::kIssued);
     if constexpr (kComputes) {
@@ -211,10 +195,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     sm90_trace(Sm90Event::kSReady);
     sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
+    int n_block = kv_tiles.tile_at(dead_blocks);
     if constexpr (kComputes) {
-      // (With half_first the block is masked: its second half, which S did not write, lies past
-      // every row's limit.)
-      if (half_first || n_block >= first_masked) {
+      if (n_block >= first_masked) {
         mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
                      rows.col_limit[1]);
       }
@@ -238,11 +221,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
-    // One step of the loop, its mask as `mask_steps` says; `half_pv`: the previous block's P V
-    // over its first half of the keys (the first block's, with half_first).
-    const auto step_once = [&](int step, auto mask_steps, auto half_pv) {
+    // One step of the loop, its mask as `mask_steps` says.
+    const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
-      constexpr int kPvSteps = decltype(half_pv)::value ? Math::kPSteps / 2 : Math::kPSteps;
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
@@ -256,7 +237,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       if constexpr (kComputes) {
         Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
         if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
-        Math::template issue_pv<kPvSteps>(o, p, smem_u32(smem.pv_tile(previous.stage)));
+        Math::issue_pv(o, p, smem_u32(smem.pv_tile(previous.stage)));
       }
       turns.end();
       sm90_trace(Sm90Event::kIssued);
@@ -294,7 +275,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       }
     };
     if constexpr (Config::kSoftmaxAfterPv) {
-      for (int step = 1; step < num_tiles; ++step) step_once(step, kStepsTested, kFullPv);
+      for (int step = 1; step < num_tiles; ++step) step_once(step, kStepsTested);
     } else {
       // The masked steps come first (the blocks run last to first): those whose block lies at
       // or past the tile's first_masked. Not the warp's own (kWarpMaskStart): every warp of the
@@ -303,26 +284,19 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
       const int masked_steps = kv_tiles.tile_at(dead_blocks) - kv_tiles.first_masked + 1;
       const int masked_end = masked_steps < num_tiles ? masked_steps : num_tiles;
       int step = 1;
-      if constexpr (Config::kHalfFirstBlock) {
-        // The half first block's P V, in a step of its own where that step is unmasked (else at
-        // full width: P is 0 past the half, so only the wgmma's time differs).
-        if (half_first && masked_end <= 1 && step < num_tiles) {
-          step_once(step++, kStepsUnmasked, kHalfPv);
-        }
-      }
-      for (; step < masked_end; ++step) step_once(step, kStepsMasked, kFullPv);
+      for (; step < masked_end; ++step) step_once(step, kStepsMasked);
       if constexpr (Config::kStepPairs) {
         // Pairs start at ring stage 0, so both steps' stages are constants; a step alone first
         // takes the ring there, and one after the pairs ends an odd count.
-        if (step < num_tiles && ring.stage != 0) step_once(step++, kStepsUnmasked, kFullPv);
+        if (step < num_tiles && ring.stage != 0) step_once(step++, kStepsUnmasked);
         for (; step + 1 < num_tiles; step += 2) {
           ring.stage = 0;  // what it holds: two advances from 0 come back to 0
-          step_once(step, kStepsUnmasked, kFullPv);
-          step_once(step + 1, kStepsUnmasked, kFullPv);
+          step_once(step, kStepsUnmasked);
+          step_once(step + 1, kStepsUnmasked);
         }
-        if (step < num_tiles) step_once(step, kStepsUnmasked, kFullPv);
+        if (step < num_tiles) step_once(step, kStepsUnmasked);
       } else {
-        for (; step < num_tiles; ++step) step_once(step, kStepsUnmasked, kFullPv);
+        for (; step < num_tiles; ++step) step_once(step, kStepsUnmasked);
       }
     }
 
@@ -334,15 +308,7 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     sm90_trace(Sm90Event::kTurn);
     if constexpr (kComputes) {
       if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);
-      if constexpr (Config::kHalfFirstBlock) {
-        if (half_first && num_tiles == 1) {  // the last block is the half first one
-          Math::template issue_pv<Math::kPSteps / 2>(o, p, smem_u32(smem.pv_tile(ring.stage)));
-        } else {
-          Math::issue_pv(o, p, smem_u32(smem.pv_tile(ring.stage)));
-        }
-      } else {
-        Math::issue_pv(o, p, smem_u32(smem.pv_tile(ring.stage)));
-      }
+      Math::issue_pv(o, p, smem_u32(smem.pv_tile(ring.stage)));
     }
     turns.end();
     sm90_trace(Sm90Event::kIssued);

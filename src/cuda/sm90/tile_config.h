@@ -159,11 +159,6 @@ struct Sm90TileConfig {
   static_assert(!kStepPairs || !kSoftmaxAfterPv, "kStepPairs: the unmasked steps' own loop");
   static_assert(!kStepPairs || kPvWaitAfterSoftmax,
                 "kStepPairs: with kPvWaitAfterSoftmax, or ptxas may wait before the exponentials");
-  static constexpr bool kHalfFirstBlock = kRow.has(Sm90Switch::kHalfFirstBlock);
-  static_assert(!kHalfFirstBlock || (kRow.block_n / 2) % Element::kWgmmaK == 0,
-                "kHalfFirstBlock: half a block is whole P V K-steps");
-  static_assert(!kHalfFirstBlock || !kSoftmaxAfterPv,
-                "kHalfFirstBlock: the first P V is peeled off the split step loops");
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.

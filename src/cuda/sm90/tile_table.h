@@ -68,11 +68,6 @@ enum class Sm90Switch : unsigned {
   // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
   // d128 / d256 rows 0.907-0.972x (docs/kernels.md, runs 278-281).
   kStepPairs = 1u << 12,
-  // A consumer whose rows see only the first BLOCK_N / 2 keys of its first KV block (a causal
-  // diagonal block that splits between the consumers, or a key tail) takes that block's
-  // S = Q K^T and P V at half width: the other half is masked for all of its rows, so its P is 0
-  // there and the wgmma would only multiply zeros (consumer_overlap.cuh).
-  kHalfFirstBlock = 1u << 13,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -139,7 +134,6 @@ constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
-constexpr Sm90Switch kHalf = Sm90Switch::kHalfFirstBlock;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -173,11 +167,11 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
        /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
-       sm90_table::kHalf | sm90_table::kUnderQk | sm90_table::kLazy},
+       sm90_table::kUnderQk | sm90_table::kLazy},
     // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
     // consumers at n128: above 4k they ran 1.02-1.05x as fast as n160 (docs/kernels.md, run 133).
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kHalf | sm90_table::kUnderQk | sm90_table::kLazy},
+       sm90_table::kUnderQk | sm90_table::kLazy},
     // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
     // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
     // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there).
