@@ -16,6 +16,7 @@
 #include "cuda/common/accumulator_layout.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/ptx/schedule.cuh"
 
 namespace flashcore::detail {
 
@@ -89,32 +90,37 @@ struct OnlineSoftmaxRows {
   // finalize() takes out of lse and which cancels in O / l.
   // kFmaExpPeriod: one 4-score chunk in kFmaExpPeriod takes its exponentials on the FMA pipe
   // (exp2_fma) instead of MUFU.EX2; 0: none.
-  template <int kPOffsetLog2 = 0, int kFmaExpPeriod = 0, int kAccRegs>
+  // kRow0FirstChunks > 0: row 0's max and the exponentials of its first kRow0FirstChunks chunks
+  // end a basic block (basic_block_end) before row 1's max, so the exponentials start once row 0's
+  // max is known and row 1's FMNMX issue between them. Otherwise ptxas takes both rows' maxima
+  // before the first exponential.
+  template <int kPOffsetLog2 = 0, int kFmaExpPeriod = 0, int kRow0FirstChunks = 0, int kAccRegs>
   __device__ __forceinline__ bool update(float (&s)[kAccRegs], float scale_log2,
                                          float (&correction)[2], float allowance = 0.0f) {
-    // Four partial maxima per row, so the reduction is a short tree, not one chain of
-    // kAccRegs / 4 dependent FMNMX.
-    constexpr int kPartials = 4;
-    static_assert(kAccRegs / 4 >= kPartials, "BLOCK_N must be at least 32");
-    float partial[2][kPartials];
+    constexpr int kChunks = kAccRegs / 4;
+    static_assert(kRow0FirstChunks >= 0 && kRow0FirstChunks <= kChunks, "row 0's first chunks");
+    // Row r's thread max: four partial maxima, so the reduction is a short tree, not one chain of
+    // kChunks dependent FMNMX.
+    const auto thread_max = [&](int r) {
+      constexpr int kPartials = 4;
+      static_assert(kChunks >= kPartials, "BLOCK_N must be at least 32");
+      float partial[kPartials];
 #pragma unroll
-    for (int i = 0; i < kPartials; ++i) {
-      partial[0][i] = fmaxf(s[4 * i], s[4 * i + 1]);
-      partial[1][i] = fmaxf(s[4 * i + 2], s[4 * i + 3]);
-    }
+      for (int i = 0; i < kPartials; ++i) {
+        partial[i] = fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]);
+      }
 #pragma unroll
-    for (int chunk = kPartials; chunk < kAccRegs / 4; ++chunk) {
-      const int i = chunk % kPartials;
-      partial[0][i] = fmaxf(partial[0][i], fmaxf(s[4 * chunk], s[4 * chunk + 1]));
-      partial[1][i] = fmaxf(partial[1][i], fmaxf(s[4 * chunk + 2], s[4 * chunk + 3]));
-    }
+      for (int chunk = kPartials; chunk < kChunks; ++chunk) {
+        const int i = chunk % kPartials;
+        partial[i] = fmaxf(partial[i], fmaxf(s[4 * chunk + 2 * r], s[4 * chunk + 2 * r + 1]));
+      }
+      return fmaxf(fmaxf(partial[0], partial[1]), fmaxf(partial[2], partial[3]));
+    };
     float subtrahend[2];
     bool moved = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float tile_max = fmaxf(fmaxf(partial[r][0], partial[r][1]),
-                                   fmaxf(partial[r][2], partial[r][3]));
-      const float new_max = quad_max(tile_max) * scale_log2;
+    // Row r's max over the quad, the correction of what it had, and what its exponents subtract.
+    const auto take_max = [&](int r, float max_of_thread) {
+      const float new_max = quad_max(max_of_thread) * scale_log2;
       // -inf + 8 = -inf: a row that had seen no visible key moves to the first finite max.
       const bool move = new_max > row_max[r] + allowance;
       const float used_max = move ? new_max : row_max[r];
@@ -124,21 +130,62 @@ struct OnlineSoftmaxRows {
       row_max[r] = used_max;
       row_sum[r] *= correction[r];
       moved = moved || move;
-    }
+    };
+    // Element e of chunk `chunk` (row e / 2) to its probability.
+    const auto exponential = [&](int chunk, int e) {
+      const int r = e / 2;
+      const float x = fmaf(s[4 * chunk + e], scale_log2, -subtrahend[r]);
+      float p = 0.0f;
+      if constexpr (kFmaExpPeriod > 0) {
+        p = chunk % kFmaExpPeriod == kFmaExpPeriod - 1 ? exp2_fma(x) : exp2_approx(x);
+      } else {
+        p = exp2_approx(x);
+      }
+      s[4 * chunk + e] = p;
+      row_sum[r] += p;
+    };
+    if constexpr (kRow0FirstChunks > 0) {
+      take_max(0, thread_max(0));
 #pragma unroll
-    for (int chunk = 0; chunk < kAccRegs / 4; ++chunk) {
+      for (int chunk = 0; chunk < kRow0FirstChunks; ++chunk) {
+        exponential(chunk, 0);
+        exponential(chunk, 1);
+      }
+      // (opaque_false() read here costs one CS2R a step: the step measured in runs 299-300.)
+      basic_block_end(opaque_false(), row_sum[0]);
+      take_max(1, thread_max(1));
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        const float x = fmaf(s[4 * chunk + e], scale_log2, -subtrahend[r]);
-        float p = 0.0f;
-        if constexpr (kFmaExpPeriod > 0) {
-          p = chunk % kFmaExpPeriod == kFmaExpPeriod - 1 ? exp2_fma(x) : exp2_approx(x);
-        } else {
-          p = exp2_approx(x);
+      for (int chunk = 0; chunk < kChunks; ++chunk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (e >= 2 || chunk >= kRow0FirstChunks) exponential(chunk, e);
         }
-        s[4 * chunk + e] = p;
-        row_sum[r] += p;
+      }
+    } else {
+      // Both rows' maxima before any exponential, their partial maxima in one loop: the rows
+      // without the switch keep the SASS they were measured with.
+      constexpr int kPartials = 4;
+      float partial[2][kPartials];
+#pragma unroll
+      for (int i = 0; i < kPartials; ++i) {
+        partial[0][i] = fmaxf(s[4 * i], s[4 * i + 1]);
+        partial[1][i] = fmaxf(s[4 * i + 2], s[4 * i + 3]);
+      }
+#pragma unroll
+      for (int chunk = kPartials; chunk < kChunks; ++chunk) {
+        const int i = chunk % kPartials;
+        partial[0][i] = fmaxf(partial[0][i], fmaxf(s[4 * chunk], s[4 * chunk + 1]));
+        partial[1][i] = fmaxf(partial[1][i], fmaxf(s[4 * chunk + 2], s[4 * chunk + 3]));
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        take_max(r, fmaxf(fmaxf(partial[r][0], partial[r][1]),
+                          fmaxf(partial[r][2], partial[r][3])));
+      }
+#pragma unroll
+      for (int chunk = 0; chunk < kChunks; ++chunk) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) exponential(chunk, e);
       }
     }
     return moved;

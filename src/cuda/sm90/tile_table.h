@@ -68,6 +68,13 @@ enum class Sm90Switch : unsigned {
   // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
   // d128 / d256 rows 0.907-0.972x (docs/kernels.md, runs 278-281).
   kStepPairs = 1u << 12,
+  // The softmax takes row 0's max and the exponentials of its first 4 chunks in a basic block of
+  // their own, before row 1's max (softmax.cuh): the first exponential issues once row 0's max
+  // is known, with row 1's FMNMX between the next ones, as in FA3's step (in the d256 step 41
+  // instructions after the first FMNMX; 70, after both rows' maxima, without). The 16-bit d256
+  // rows ran 1.007x / 1.009x with it over 512-16k in two runs; the 16-bit d64 rows 0.966-1.014x,
+  // the d128 rows 0.968-1.045x (docs/kernels.md, runs 299-300).
+  kRow0ExpFirst = 1u << 13,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -134,6 +141,7 @@ constexpr Sm90Switch kTotalsUnderPv = Sm90Switch::kTotalsUnderPv;
 constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
+constexpr Sm90Switch kRow0First = Sm90Switch::kRow0ExpFirst;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -194,9 +202,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // +-3%; the Gemma-like GQA 8k, whose sections held 128 tiles already, 0.97-0.99x
     // (docs/kernels.md, runs 193-194).
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc |
+       sm90_table::kRow0First},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, 16,
-       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kRow0First},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
     // producer warpgroup; rows for the computed head_dim only, so d64's are half as many);
