@@ -148,14 +148,13 @@ __device__ __forceinline__ int sm90_warp_first_masked(
 
 // The online softmax of a tile row's scores with the configuration's choices: the element type's
 // P offset, the row's FMA-pipe exponentials and how many of row 0's come first (softmax.cuh).
-// kRow0FirstChunks: the general kernel's consumers pass the row's; the decode kernel 0.
-template <class Config, int kRow0FirstChunks = Config::kRow0FirstChunks, int kAccRegs>
+template <class Config, int kAccRegs>
 __device__ __forceinline__ bool sm90_softmax_update(OnlineSoftmaxRows& softmax,
                                                     float (&s)[kAccRegs], float scale_log2,
                                                     float (&correction)[2],
                                                     float allowance = 0.0f) {
   return softmax.template update<Config::Element::kPOffsetLog2, Config::kFmaExpPeriod,
-                                 kRow0FirstChunks>(s, scale_log2, correction, allowance);
+                                 Config::kRow0FirstChunks>(s, scale_log2, correction, allowance);
 }
 
 // Between S = Q K^T of KV block `n_block` and its P V, for consumers that take the blocks in turn
@@ -174,7 +173,7 @@ __device__ __forceinline__ void sm90_scores_to_p(float (&s)[kSAccRegs], float (&
                  rows.col_limit[1]);
   }
   float correction[2];
-  sm90_softmax_update<Config, 0>(softmax, s, scale_log2, correction);
+  sm90_softmax_update<Config>(softmax, s, scale_log2, correction);
   scale_rows(o, correction);
   accumulator_to_a_fragments<kDType>(s, p);
 }

@@ -159,10 +159,12 @@ struct Sm90TileConfig {
   static_assert(!kStepPairs || !kSoftmaxAfterPv, "kStepPairs: the unmasked steps' own loop");
   static_assert(!kStepPairs || kPvWaitAfterSoftmax,
                 "kStepPairs: with kPvWaitAfterSoftmax, or ptxas may wait before the exponentials");
-  // Chunks of row 0 whose exponentials come before row 1's max (softmax.cuh); 0: none. Not in
-  // packed tiles: the d256 packed kernel spilled 20 bytes with it (ptxas -v).
+  // Chunks of row 0 whose exponentials come before row 1's max (softmax.cuh); 0: none. Four
+  // chunks (8 exponentials) start the MUFU pipe before row 1's FMNMX, the one count measured. Not
+  // in packed tiles (the decode kernel's too): the d256 packed kernel spilled 20 bytes with it.
+  static constexpr int kRow0ExpFirstChunks = 4;
   static constexpr int kRow0FirstChunks =
-      kRow.has(Sm90Switch::kRow0ExpFirst) && !kPacksGroups ? 4 : 0;
+      kRow.has(Sm90Switch::kRow0ExpFirst) && !kPacksGroups ? kRow0ExpFirstChunks : 0;
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.
