@@ -68,10 +68,11 @@ enum class Sm90Switch : unsigned {
   // d64 rows of 160 keys ran 1.006-1.026x at 4k-16k (the step 511 -> 496 instructions), the fp8
   // d128 / d256 rows 0.907-0.972x (docs/kernels.md, runs 278-281).
   kStepPairs = 1u << 12,
-  // The softmax takes row 0's max and the exponentials of its first 4 chunks in a basic block of
-  // their own, before row 1's max (softmax.cuh): the first exponential issues once row 0's max
-  // is known, with row 1's FMNMX between the next ones, as in FA3's step (in the d256 step 41
-  // instructions after the first FMNMX; 70, after both rows' maxima, without). The 16-bit d256
+  // The softmax takes row 0's max and the exponentials of its first chunks (kRow0ExpFirstChunks,
+  // tile_config.h) in a basic block of their own, before row 1's max (softmax.cuh): the first
+  // exponential issues once row 0's max is known, with row 1's FMNMX between the next ones, as in
+  // FA3's step (in the d256 step 41 instructions after the first FMNMX; 70, after both rows'
+  // maxima, without). The 16-bit d256
   // rows ran 1.007x / 1.009x with it over 512-16k in two runs; the 16-bit d64 rows 0.966-1.014x,
   // the d128 rows 0.968-1.045x (docs/kernels.md, runs 299-300).
   kRow0ExpFirst = 1u << 13,
