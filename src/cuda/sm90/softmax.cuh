@@ -151,7 +151,8 @@ struct OnlineSoftmaxRows {
         exponential(chunk, 0);
         exponential(chunk, 1);
       }
-      // (opaque_false() read here costs one CS2R a step: the step measured in runs 299-300.)
+      // opaque_false() read here, one CS2R a step: a `never` read once a tile and held across the
+      // steps spilled a consumer register in the d256 step (ptxas -v).
       basic_block_end(opaque_false(), row_sum[0]);
       take_max(1, thread_max(1));
 #pragma unroll
