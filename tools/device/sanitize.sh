@@ -5,10 +5,12 @@
 #
 #   BUILD_DIR=build bash tools/device/sanitize.sh [backends...]     # default: sm80 sm90
 #   CASE_FILTER='fp8|seqlen-q 1030' bash tools/device/sanitize.sh sm90   # the matching cases only
+#   TOOLS=synccheck bash tools/device/sanitize.sh sm90     # some of the three tools only
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BENCH=${BUILD_DIR:-build}/bench/flashcore-bench
 SANITIZER=${SANITIZER:-compute-sanitizer}
+read -r -a tools <<<"${TOOLS:-memcheck racecheck synccheck}"
 backends=("$@")
 [ ${#backends[@]} -gt 0 ] || backends=(sm80 sm90)
 
@@ -117,7 +119,7 @@ fp8_cases=(
 # second CTA of each head's last cluster has no rows; 2400 keys end in a partial 80-key block.
 cases+=("--batch 1 --seqlen-q 2400 --seqlen-k 2400 --heads-q 2 --heads-kv 1 --head-dim 128")
 status=0
-for tool in memcheck racecheck synccheck; do
+for tool in "${tools[@]}"; do
   for backend in "${backends[@]}"; do
     backend_cases=("${cases[@]}")
     [ "$backend" = sm90 ] && backend_cases+=("${fp8_cases[@]}")
