@@ -221,27 +221,16 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
-#ifndef FLASHCORE_LEADER_WAITS_KV
-#define FLASHCORE_LEADER_WAITS_KV 0
-#endif
-    // Experiment: with strict turns and no dead blocks, consumer 0 waits for a step's K and V
-    // before its turn, and every other consumer's turn for that step comes after it; gathered
-    // blocks keep every consumer's wait (the fence after it).
-    const bool waits_kv = !(FLASHCORE_LEADER_WAITS_KV && Config::kPingPong &&
-                            !Config::kSkipsDeadBlocks) ||
-                          consumer == 0 || Layout::template kv_gathered<Config::kBlockN>(params);
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
-      if (waits_kv) {
-        mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
-        sm90_trace(Sm90Event::kKReady);
-        mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
-        sm90_kv_block_landed<Config, Layout>(params);
-      }
+      mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
+      sm90_trace(Sm90Event::kKReady);
+      mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
+      sm90_kv_block_landed<Config, Layout>(params);
       sm90_trace(Sm90Event::kVReady);
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
