@@ -19,6 +19,12 @@ last V with the stop word; O staged in its own buffer, in a raw V stage or store
 ("regs"); with ping-pong turns and without (ping_pong=False, the fp8 rows'
 Sm90Switch::kNoPingPong). Two FP8 mutants must fail: a stop that waits for the next stage only,
 a transposer that does not wait for v_empty before overwriting V^T.
+Leader waits (leader_waits=True, the overlap schedules): in the steps after a tile's first S,
+consumer 0 alone waits for the step's K and V (or V^T), as FA3's ping-pong step does; consumer
+1's turn for the step comes after consumer 0's, which came after those waits (run 305 in
+docs/kernels.md measured it). The model has no dead blocks (sm90_pass_dead_blocks), whose turns
+come before their waits, so the rows that pass them keep every wait. Without turns the order is
+gone: that mutant must fail.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -139,11 +145,13 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None, ping_pong=True):
+                 mutant=None, ping_pong=True, leader_waits=False):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
         # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
         self.ping_pong = ping_pong
+        # True: in a tile's steps after its first S only consumer 0 waits for K and V.
+        self.leader_waits = leader_waits
         # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
         # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).
         self.mutant = mutant
@@ -401,8 +409,9 @@ class Cta:
             prev = ring.copy()
             ring.advance()
             s, ps = ring.stage, prev.stage
-            yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-            yield lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
+            if c == 0 or not self.leader_waits:
+                yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+                yield lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
             yield from self.turn_begin(c)
             self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
@@ -497,6 +506,24 @@ def main():
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
         print(f"ok {schedule} ({staging} O staging{fp8}{turns}): {runs} random interleavings")
+    # Consumer 0 alone waiting for a step's K and V: safe under the turns, for every staging.
+    for schedule, staging, transpose in (("overlap", "qslab", False), ("persistent", "qslab", False),
+                                         ("persistent", "own", False),
+                                         ("persistent", "vring", False),
+                                         ("persistent", "own", True)):
+        for i in range(runs):
+            stages = rng.choice([2, 3])
+            tiles = random_tiles(rng, schedule == "persistent")
+            try:
+                Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
+                    leader_waits=True).run()
+            except ModelError as e:
+                print(f"FAIL leader waits {schedule} {staging} transpose={transpose} "
+                      f"stages={stages} tiles={tiles} seed={i}: {e}")
+                return 1
+        fp8 = ", FP8 V transposer" if transpose else ""
+        print(f"ok {schedule} ({staging} O staging{fp8}), consumer 0 alone waiting for K and V: "
+              f"{runs} random interleavings")
     # The model must see the FP8 mistakes it is meant to catch.
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
         caught = False
@@ -512,6 +539,21 @@ def main():
             print(f"FAIL the FP8 mutant {mutant} passed {runs} interleavings")
             return 1
         print(f"ok FP8 mutant {mutant} caught")
+    # ... and unsafe without them: consumer 1 then reads stages that have not landed.
+    caught = False
+    for i in range(runs):
+        stages = rng.choice([2, 3])
+        tiles = random_tiles(rng, True)
+        try:
+            Cta(tiles, stages, "persistent", random.Random(i), "own", ping_pong=False,
+                leader_waits=True).run()
+        except ModelError:
+            caught = True
+            break
+    if not caught:
+        print(f"FAIL consumer 0 alone waiting without turns passed {runs} interleavings")
+        return 1
+    print("ok mutant: consumer 0 alone waiting without turns caught")
     return 0
 
 
