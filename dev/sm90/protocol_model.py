@@ -482,83 +482,76 @@ def random_tiles(rng, persistent):
     return [(t, rng.choice([0, 0, 1, 2, 3, 5]), rng.random() < 0.3) for t in range(n)]
 
 
-def main():
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    rng = random.Random(7)
-    for schedule, staging, transpose, ping_pong in (
-            ("plain", "qslab", False, True), ("overlap", "qslab", False, True),
-            ("persistent", "qslab", False, True), ("persistent", "own", False, True),
-            ("persistent", "vring", False, True), ("pplain", "qslab", False, True),
-            ("pplain", "own", False, True), ("pplain", "vring", False, True),
-            ("persistent", "own", True, True), ("persistent", "regs", True, True),
-            ("persistent", "own", True, False), ("persistent", "regs", True, False),
-            ("persistent", "vring", True, True), ("persistent", "vring", True, False)):
+def sweep(configs, runs, rng):
+    """Every (schedule, staging, transpose, ping_pong, leader_waits) config under `runs` random
+    interleavings, its stage counts and tiles drawn from rng; False after the first failure."""
+    for schedule, staging, transpose, ping_pong, leader_waits in configs:
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
                 Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    ping_pong=ping_pong).run()
+                    ping_pong=ping_pong, leader_waits=leader_waits).run()
             except ModelError as e:
                 print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
-                      f"stages={stages} tiles={tiles} seed={i}: {e}")
-                return 1
+                      f"leader_waits={leader_waits} stages={stages} tiles={tiles} seed={i}: {e}")
+                return False
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
-        print(f"ok {schedule} ({staging} O staging{fp8}{turns}): {runs} random interleavings")
+        leader = ", consumer 0 alone waiting for K and V" if leader_waits else ""
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}){leader}: "
+              f"{runs} random interleavings")
+    return True
+
+
+def mutant_caught(name, runs, rng, **cta_args):
+    """Whether a persistent CTA with O in its own buffer and cta_args fails within `runs`."""
+    for i in range(runs):
+        stages = rng.choice([2, 3])
+        tiles = random_tiles(rng, True)
+        try:
+            Cta(tiles, stages, "persistent", random.Random(i), "own", **cta_args).run()
+        except ModelError:
+            print(f"ok mutant {name} caught")
+            return True
+    print(f"FAIL the mutant {name} passed {runs} interleavings")
+    return False
+
+
+def main():
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
+    rng = random.Random(7)
+    if not sweep((("plain", "qslab", False, True, False), ("overlap", "qslab", False, True, False),
+                  ("persistent", "qslab", False, True, False),
+                  ("persistent", "own", False, True, False),
+                  ("persistent", "vring", False, True, False),
+                  ("pplain", "qslab", False, True, False), ("pplain", "own", False, True, False),
+                  ("pplain", "vring", False, True, False),
+                  ("persistent", "own", True, True, False),
+                  ("persistent", "regs", True, True, False),
+                  ("persistent", "own", True, False, False),
+                  ("persistent", "regs", True, False, False),
+                  ("persistent", "vring", True, True, False),
+                  ("persistent", "vring", True, False, False)), runs, rng):
+        return 1
     # Consumer 0 alone waiting for a step's K and V: safe under the turns, for every staging
     # (draws of its own, so the sections above and below keep theirs).
     leader_rng = random.Random(11)
-    for schedule, staging, transpose in (("overlap", "qslab", False),
-                                         ("persistent", "qslab", False),
-                                         ("persistent", "own", False),
-                                         ("persistent", "vring", False),
-                                         ("persistent", "own", True)):
-        for i in range(runs):
-            stages = leader_rng.choice([2, 3])
-            tiles = random_tiles(leader_rng, schedule == "persistent")
-            try:
-                Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    leader_waits=True).run()
-            except ModelError as e:
-                print(f"FAIL leader waits {schedule} {staging} transpose={transpose} "
-                      f"stages={stages} tiles={tiles} seed={i}: {e}")
-                return 1
-        fp8 = ", FP8 V transposer" if transpose else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}), consumer 0 alone waiting for K and V: "
-              f"{runs} random interleavings")
-    # The model must see the FP8 mistakes it is meant to catch.
-    for mutant in ("stop_one_stage", "no_vt_release_wait"):
-        caught = False
-        for i in range(runs):
-            stages = rng.choice([2, 3])
-            tiles = random_tiles(rng, True)
-            try:
-                Cta(tiles, stages, "persistent", random.Random(i), "own", True, mutant).run()
-            except ModelError:
-                caught = True
-                break
-        if not caught:
-            print(f"FAIL the FP8 mutant {mutant} passed {runs} interleavings")
-            return 1
-        print(f"ok FP8 mutant {mutant} caught")
-    # ... and unsafe without them: consumer 1 then reads stages that have not landed.
-    caught = False
-    for i in range(runs):
-        stages = leader_rng.choice([2, 3])
-        tiles = random_tiles(leader_rng, True)
-        try:
-            Cta(tiles, stages, "persistent", random.Random(i), "own", ping_pong=False,
-                leader_waits=True).run()
-        except ModelError:
-            caught = True
-            break
-    if not caught:
-        print(f"FAIL consumer 0 alone waiting without turns passed {runs} interleavings")
+    if not sweep((("overlap", "qslab", False, True, True),
+                  ("persistent", "qslab", False, True, True),
+                  ("persistent", "own", False, True, True),
+                  ("persistent", "vring", False, True, True),
+                  ("persistent", "own", True, True, True)), runs, leader_rng):
         return 1
-    print("ok mutant: consumer 0 alone waiting without turns caught")
+    # The model must see the mistakes it is meant to catch: the two FP8 ones, and consumer 0
+    # alone waiting without turns (consumer 1 then reads stages that have not landed).
+    for mutant in ("stop_one_stage", "no_vt_release_wait"):
+        if not mutant_caught(f"FP8 {mutant}", runs, rng, transpose=True, mutant=mutant):
+            return 1
+    if not mutant_caught("consumer 0 alone waiting without turns", runs, leader_rng,
+                         ping_pong=False, leader_waits=True):
+        return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -99,11 +99,11 @@ struct OnlineSoftmaxRows {
                                          float (&correction)[2], float allowance = 0.0f) {
     constexpr int kChunks = kAccRegs / 4;
     static_assert(kRow0FirstChunks >= 0 && kRow0FirstChunks <= kChunks, "row 0's first chunks");
-    // Row r's thread max: four partial maxima, so the reduction is a short tree, not one chain of
-    // kChunks dependent FMNMX.
+    // A row's thread max from four partial maxima, so the reduction is a short tree, not one
+    // chain of kChunks dependent FMNMX.
+    constexpr int kPartials = 4;
+    static_assert(kChunks >= kPartials, "BLOCK_N must be at least 32");
     const auto thread_max = [&](int r) {
-      constexpr int kPartials = 4;
-      static_assert(kChunks >= kPartials, "BLOCK_N must be at least 32");
       float partial[kPartials];
 #pragma unroll
       for (int i = 0; i < kPartials; ++i) {
@@ -165,7 +165,6 @@ struct OnlineSoftmaxRows {
     } else {
       // Both rows' maxima before any exponential, their partial maxima in one loop: the rows
       // without the switch keep the SASS they were measured with.
-      constexpr int kPartials = 4;
       float partial[2][kPartials];
 #pragma unroll
       for (int i = 0; i < kPartials; ++i) {

@@ -72,9 +72,9 @@ enum class Sm90Switch : unsigned {
   // tile_config.h) in a basic block of their own, before row 1's max (softmax.cuh): the first
   // exponential issues once row 0's max is known, with row 1's FMNMX between the next ones, as in
   // FA3's step (in the d256 step 41 instructions after the first FMNMX; 70, after both rows'
-  // maxima, without). The 16-bit d256
-  // rows ran 1.007x / 1.009x with it over 512-16k in two runs; the 16-bit d64 rows 0.966-1.014x,
-  // the d128 rows 0.968-1.045x (docs/kernels.md, runs 299-300).
+  // maxima, without). The 16-bit d256 rows ran 1.007x / 1.009x with it over 512-16k in two runs;
+  // the 16-bit d64 rows 0.966-1.014x, the d128 rows 0.968-1.045x, the d128 causal rows alone
+  // 0.984x (docs/kernels.md, runs 299-301).
   kRow0ExpFirst = 1u << 13,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
