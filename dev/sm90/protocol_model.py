@@ -19,12 +19,13 @@ last V with the stop word; O staged in its own buffer, in a raw V stage or store
 ("regs"); with ping-pong turns and without (ping_pong=False, the fp8 rows'
 Sm90Switch::kNoPingPong). Two FP8 mutants must fail: a stop that waits for the next stage only,
 a transposer that does not wait for v_empty before overwriting V^T.
-Leader waits (leader_waits=True, the overlap schedules): in the steps after a tile's first S,
-consumer 0 alone waits for the step's K and V (or V^T), as FA3's ping-pong step does; consumer
-1's turn for the step comes after consumer 0's, which came after those waits (run 305 in
-docs/kernels.md measured it). The model has no dead blocks (sm90_pass_dead_blocks), whose turns
-come before their waits, so the rows that pass them keep every wait. Without turns the order is
-gone: that mutant must fail.
+Leader waits (leader_waits=True, the overlap schedules; Sm90Switch::kLeaderWaitsKv, which the
+dense layout's unpacked tiles take): in the steps after a tile's first S, consumer 0 alone waits,
+for the step's K before its turn and for V (or V^T) in its turn after the S issue, as FA3's
+ping-pong step does; consumer 1's turn for the step comes after consumer 0's, which passed both
+waits (runs 305-307 in docs/kernels.md). The model has no dead blocks (sm90_pass_dead_blocks),
+whose turns come before their waits, so the rows that pass them keep every wait. Without turns the
+order is gone: that mutant must fail.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -409,12 +410,16 @@ class Cta:
             prev = ring.copy()
             ring.advance()
             s, ps = ring.stage, prev.stage
+            v_ready = lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
             if c == 0 or not self.leader_waits:
                 yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
-                yield lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
+            if not self.leader_waits:
+                yield v_ready
             yield from self.turn_begin(c)
             self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
+            if c == 0 and self.leader_waits:  # in its turn, after the S issue
+                yield v_ready
             self.smem.start_read(self.pv_buf(ps), (tile_id, step - 1), who)
             self.turn_end(c)
             yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>

@@ -76,6 +76,14 @@ enum class Sm90Switch : unsigned {
   // the 16-bit d64 rows 0.966-1.014x, the d128 rows 0.968-1.045x, the d128 causal rows alone
   // 0.984x (docs/kernels.md, runs 299-301).
   kRow0ExpFirst = 1u << 13,
+  // In the KV steps only consumer 0 waits for the pipelines, for the step's K before its turn
+  // and for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a
+  // step follow consumer 0's (FA3's ping-pong step). Rows with turns whose consumers walk the
+  // same blocks (no kSkipDeadBlocks); the dense layout's unpacked tiles only, the ones timed
+  // (consumer_overlap.cuh, tile_config.h). FlashCore / FA3 over the configs of the rows that
+  // take it, against without: d128 +0.8% / +1.5% (2k causal +0.8% / +2.7%), d256 +0.1% / +0.3%
+  // in two runs; with both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307).
+  kLeaderWaitsKv = 1u << 14,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -143,6 +151,7 @@ constexpr Sm90Switch kStepDesc = Sm90Switch::kStepDescriptors;
 constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
 constexpr Sm90Switch kRow0First = Sm90Switch::kRow0ExpFirst;
+constexpr Sm90Switch kLeaderWaits = Sm90Switch::kLeaderWaitsKv;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -159,7 +168,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     {  64, true,   kAnySeqlen, 128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kDead | sm90_table::kRowless},
     { 128, false,  512,        128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kStepDesc},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kStepDesc |
+       sm90_table::kLeaderWaits},
     // Clusters of two above 2k only: on the H100 they ran 1k / 2k at 0.965 / 0.960 of this row
     // unclustered and 4k-16k at 1.037-1.039 (docs/kernels.md, run 110).
     // Both yield to the 512 row (two consumers, 128-row tiles) where the waves favour its
@@ -176,11 +186,11 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
        /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
-       sm90_table::kUnderQk | sm90_table::kLazy},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
     // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
     // consumers at n128: above 4k they ran 1.02-1.05x as fast as n160 (docs/kernels.md, run 133).
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
     // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
     // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
     // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there).
@@ -204,9 +214,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // (docs/kernels.md, runs 193-194).
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc |
-       sm90_table::kRow0First},
+       sm90_table::kRow0First | sm90_table::kLeaderWaits},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, 16,
-       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kRow0First},
+       sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kRow0First |
+       sm90_table::kLeaderWaits},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
     // producer warpgroup; rows for the computed head_dim only, so d64's are half as many);
