@@ -28,7 +28,9 @@
 // tile's first S = Q K^T as soon as the last consumer has issued its last P V, under the other
 // consumers' epilogues. The kernel calls start() and finish() once (see PingPongTurns). Rows
 // with Sm90Switch::kNoPingPong take no turns (NoTurns): the FP8 rows, as in FA3's FP8 kernel that
-// transposes V in shared memory (measured in docs/kernels.md, run 120).
+// transposes V in shared memory (measured in docs/kernels.md, run 120). With
+// Config::kLeaderWaitsKv consumer 0 alone waits for a step's K and V, and the turns order the
+// others after it (FA3's step; at step_once below).
 //
 // A consumer with no query row in the tile, or whose rows see no key, runs the same function
 // with kComputes = false: every barrier wait and arrival and every turn in the same order, so the
@@ -53,6 +55,7 @@
 #include "cuda/sm90/named_barriers.h"
 #include "cuda/sm90/paged_gather.cuh"
 #include "cuda/sm90/pipeline.cuh"
+#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 #include "cuda/sm90/trace.cuh"
