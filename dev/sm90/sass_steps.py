@@ -16,6 +16,9 @@ row index, input bytes; the output types are kernels of their own, numbered in d
   depbar     positions of WARPGROUP.DEPBAR in it: the S wait, then the P V wait (the softmax
              before the second runs beside the consumer's own P V)
   fmnmx, mufu  first and last position of the row maxima and the exponentials
+  turn       positions of the turn's named-barrier sync (BAR.SYNC) and of the first arrival
+             after it (BAR.ARV): what the consumer issues while the others wait for their turn
+             ("-" in rows without ping-pong turns)
   max reg    the highest register index before the producer's setmaxnreg dealloc (ptxas lays
              the consumers out first): the consumers' footprint against their budget
   stl        local-memory stores, and how many lie among the consumers' instructions
@@ -108,6 +111,16 @@ def depbar_positions(body):
             if PREDICATE.sub("", text).startswith("WARPGROUP.DEPBAR")]
 
 
+def turn_span(body):
+    """(BAR.SYNC, the first BAR.ARV after it) positions in the step, or None."""
+    syncs = [i for i, (_, t) in enumerate(body) if PREDICATE.sub("", t).startswith("BAR.SYNC")]
+    if not syncs:
+        return None
+    arrivals = [i for i, (_, t) in enumerate(body)
+                if PREDICATE.sub("", t).startswith("BAR.ARV") and i > syncs[0]]
+    return (syncs[0], arrivals[0]) if arrivals else None
+
+
 def kernel_label(name, seen):
     row = ROW.search(name)
     if row:
@@ -136,6 +149,7 @@ def summarize(instructions):
         "depbar": depbar_positions(body),
         "fmnmx": (fmnmx[0], fmnmx[-1]) if fmnmx else None,
         "mufu": (mufu[0], mufu[-1]) if mufu else None,
+        "turn": turn_span(body),
         "max_reg": max_reg,
         "stl": len(stl),
         "consumer_stl": len(consumer_stl),
@@ -170,11 +184,13 @@ def report(path, layout, ops, against):
         unrolled = f" (a loop of {k['steps']} steps)" if k["steps"] > 1 else ""
         lines.append(f"{label}: step {k['step']}{unrolled}, depbar {k['depbar']}, "
                      f"fmnmx {span(k['fmnmx'])}, "
-                     f"mufu {span(k['mufu'])}, max reg R{k['max_reg']}, stl {k['stl']} "
+                     f"mufu {span(k['mufu'])}, turn {span(k['turn'])}, "
+                     f"max reg R{k['max_reg']}, stl {k['stl']} "
                      f"({k['consumer_stl']} among the consumers)")
         if against and label in other:
             o = other[label]
-            lines.append(f"  against: step {o['step']}, depbar {o['depbar']}, max reg "
+            lines.append(f"  against: step {o['step']}, depbar {o['depbar']}, "
+                         f"turn {span(o['turn'])}, max reg "
                          f"R{o['max_reg']}, stl {o['stl']} "
                          f"({o['consumer_stl']} among the consumers)")
             families = sorted(set(k["ops"]) | set(o["ops"]),

@@ -129,3 +129,16 @@ def test_a_loop_around_a_loop_is_not_a_step_loop(tmp_path):
     path = write(tmp_path, "a.sass", dump(KERNEL, body))
     k = sass_steps.kernels(path, "Dense")["hd64 non-causal row 2 1B"]
     assert k["steps"] == 1 and k["step"] == 6
+
+
+def test_the_turn_spans_the_sync_to_the_next_arrival(tmp_path):
+    """A ping-pong step: the turn runs from BAR.SYNC to the first BAR.ARV after it (an arrival
+    before the sync, of another barrier, is not its end); a step without turns has none."""
+    turns = ["BAR.ARV R21, 0x100", "BAR.SYNC.DEFER_BLOCKING R0, 0x100", "IADD3 R1, R1, 0x1, RZ",
+             "@!P0 BAR.ARV R20, 0x100"]
+    path = write(tmp_path, "a.sass", dump(KERNEL, kernel_body(turns)))
+    k = sass_steps.kernels(path, "Dense")["hd64 non-causal row 2 1B"]
+    assert k["turn"] == (9, 11)  # after the eight step instructions and the early arrival
+    assert ", turn 9-11, " in sass_steps.report(path, "Dense", 0, None)[0]
+    plain = write(tmp_path, "b.sass", dump(KERNEL, kernel_body()))
+    assert sass_steps.kernels(plain, "Dense")["hd64 non-causal row 2 1B"]["turn"] is None
