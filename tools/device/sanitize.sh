@@ -11,6 +11,13 @@ cd "$(dirname "$0")/../.." || exit 2
 BENCH=${BUILD_DIR:-build}/bench/flashcore-bench
 SANITIZER=${SANITIZER:-compute-sanitizer}
 read -r -a tools <<<"${TOOLS:-memcheck racecheck synccheck}"
+for tool in "${tools[@]}"; do
+  case "$tool" in
+    memcheck | racecheck | synccheck) ;;
+    *) echo "sanitize.sh: TOOLS takes memcheck, racecheck and synccheck, got '$tool'" >&2
+       exit 2 ;;
+  esac
+done
 backends=("$@")
 [ ${#backends[@]} -gt 0 ] || backends=(sm80 sm90)
 

@@ -224,41 +224,44 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
-    // Config::kLeaderWaitsKv (FA3's ping-pong step), in the dense layout's kernels: consumer 0
-    // alone waits, for a step's K before its turn and for the previous block's V in its turn
+    // Config::kLeaderWaitsKv (FA3's ping-pong step), in the dense layout's unpacked tiles: consumer
+    // 0 alone waits, for a step's K before its turn and for the previous block's V in its turn
     // after the S = Q K^T issue (the producer loads V_{j-1} after K_j). Consumer c > 0 begins the
-    // step's turn after consumer 0's turn of that step has issued both GEMMs (turns go round 0,
-    // 1, ..; every consumer takes one per step, the steps of all consumers being the same
-    // blocks): the mbarrier's phase makes the TMA's bytes visible to consumer 0, the turn barrier
-    // orders the other consumers' wgmma reads after its waits. The serving layouts keep every
-    // consumer's waits before its turn: untimed with the switch, their d256 causal steps spilled
-    // with it, and a gathered block's proxy fence after the waits is each reading thread's own.
-    constexpr bool kLeaderWaits =
-        Config::kLeaderWaitsKv && std::is_same_v<Layout, Sm90DenseLayout>;
-    const bool waits_kv = !kLeaderWaits || consumer == 0;
-    const bool waits_v_in_turn = kLeaderWaits && consumer == 0;
+    // step's turn after consumer 0's turn of that step has issued both GEMMs (turns go round 0, 1,
+    // ..; every consumer takes one per step, the steps of all consumers being the same blocks): the
+    // mbarrier's phase makes the TMA's bytes visible to consumer 0, the turn barrier orders the
+    // other consumers' wgmma reads after its waits. Packed tiles and the serving layouts keep every
+    // consumer's waits before its turn: untimed with the switch, their d256 kernels spilled with it
+    // (the serving causal steps inside the consumers), and a gathered block's proxy fence after the
+    // waits is each reading thread's own.
+    constexpr bool kLeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
+                                  std::is_same_v<Layout, Sm90DenseLayout>;
+    const bool leads = consumer == 0;
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;
       const RingPosition<Config::kStages> previous = ring;
       ring.advance();
       --n_block;
-      if (waits_kv) {
+      if (!kLeaderWaits || leads) {
         mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
         sm90_trace(Sm90Event::kKReady);
-        if (!waits_v_in_turn) {
-          mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
-          sm90_kv_block_landed<Config, Layout>(params);
-        }
       }
-      sm90_trace(Sm90Event::kVReady);
+      if constexpr (!kLeaderWaits) {
+        mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
+        sm90_kv_block_landed<Config, Layout>(params);
+        sm90_trace(Sm90Event::kVReady);
+      }
       turns.begin();
       sm90_trace(Sm90Event::kTurn);
       if constexpr (kComputes) {
         Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
         if (Config::kRescaleUnderQk && rescale) scale_rows(o, correction);  // under S = Q K^T
       }
-      if (waits_v_in_turn) mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
+      if (kLeaderWaits && leads) {
+        mbarrier_wait_parity(smem.pv_full(previous.stage), previous.phase);
+        sm90_trace(Sm90Event::kVReady);
+      }
       if constexpr (kComputes) Math::issue_pv(o, p, smem_u32(smem.pv_tile(previous.stage)));
       turns.end();
       sm90_trace(Sm90Event::kIssued);

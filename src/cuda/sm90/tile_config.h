@@ -160,9 +160,9 @@ struct Sm90TileConfig {
   static_assert(!kStepPairs || kPvWaitAfterSoftmax,
                 "kStepPairs: with kPvWaitAfterSoftmax, or ptxas may wait before the exponentials");
   // The other consumers' turns stand in for their waits only where turns go round and every
-  // consumer walks the same KV blocks in the same steps. Not in packed tiles (untimed with it;
-  // the d256 packed kernel spilled 4 bytes with it).
-  static constexpr bool kLeaderWaitsKv = kRow.has(Sm90Switch::kLeaderWaitsKv) && !kPacksGroups;
+  // consumer walks the same KV blocks in the same steps (the kernels that take it:
+  // consumer_overlap.cuh).
+  static constexpr bool kLeaderWaitsKv = kRow.has(Sm90Switch::kLeaderWaitsKv);
   static_assert(!kLeaderWaitsKv || (kPingPong && !kSkipsDeadBlocks),
                 "kLeaderWaitsKv: on rows with ping-pong turns and no dead-block skipping");
   // Chunks of row 0 whose exponentials come before row 1's max (softmax.cuh); 0: none. Four

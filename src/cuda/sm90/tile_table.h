@@ -76,13 +76,13 @@ enum class Sm90Switch : unsigned {
   // the 16-bit d64 rows 0.966-1.014x, the d128 rows 0.968-1.045x, the d128 causal rows alone
   // 0.984x (docs/kernels.md, runs 299-301).
   kRow0ExpFirst = 1u << 13,
-  // In the KV steps only consumer 0 waits for the pipelines, for the step's K before its turn
-  // and for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a
-  // step follow consumer 0's (FA3's ping-pong step). Rows with turns whose consumers walk the
-  // same blocks (no kSkipDeadBlocks); the dense layout's unpacked tiles only, the ones timed
-  // (consumer_overlap.cuh, tile_config.h). FlashCore / FA3 over the configs of the rows that
-  // take it, against without: d128 +0.8% / +1.5% (2k causal +0.8% / +2.7%), d256 +0.1% / +0.3%
-  // in two runs; with both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307).
+  // In the KV steps only consumer 0 waits for the pipelines, for the step's K before its turn and
+  // for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a step
+  // follow consumer 0's (FA3's ping-pong step). Rows with turns whose consumers walk the same
+  // blocks (no kSkipDeadBlocks); the dense layout's unpacked tiles only, the ones timed
+  // (consumer_overlap.cuh). FlashCore / FA3 over the configs of the rows that take it, against
+  // without: d128 +0.8% / +1.5% (2k causal +0.8% / +2.7%), d256 +0.1% / +0.3% in two runs; with
+  // both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307).
   kLeaderWaitsKv = 1u << 14,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
