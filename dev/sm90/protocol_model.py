@@ -2,15 +2,17 @@
 """A model of the Hopper kernel's synchronization protocol, run under random interleavings.
 
 It mirrors src/cuda/sm90/{producer,consumer,consumer_overlap,epilogue,kernel}.cuh step by step:
-mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the two
-256-thread ping-pong named barriers, wgmma reads of shared memory from issue until the wait
-returns (a release placed before the wait is caught), and the TMA store reading the buffer O is
-staged in (the Q slab, its own buffer, or a V stage). It checks, for the plain, overlap and
-persistent schedules:
+mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the
+ping-pong turns' named barriers (256 threads, one per consumer), wgmma reads of shared memory
+from issue until the wait returns (a release placed before the wait is caught), and the TMA
+store reading the buffer O is staged in (the Q slab, its own buffer, or a V stage). It checks,
+for the plain, overlap and persistent schedules:
   * no deadlock (some role can always move until all finish),
   * every read sees the tile and KV step it expects (stage ring and Q phases in step),
   * the producer never overwrites a buffer that a wgmma or a store is still reading,
-  * every named-barrier generation pairs the owner's sync with the other consumer's arrival.
+  * every named-barrier generation pairs the owner's sync with the previous consumer's arrival.
+Two consumer warpgroups, or three (consumers=3: the rows of 192-row tiles, O in the Q slab or a
+buffer of its own).
 Tiles may start with a slab before row 0 (a causal first block, sm90_block_row_begin): consumer
 0's Q is then neither loaded nor stored, and it computes on whatever its slab holds.
 FP8 (transpose=True, v_transpose.cuh): a transposer role copies each V stage into a V^T stage
@@ -22,10 +24,11 @@ a transposer that does not wait for v_empty before overwriting V^T.
 Leader waits (leader_waits=True, the overlap schedules; Sm90Switch::kLeaderWaitsKv, which the
 dense layout's unpacked tiles take): in the steps after a tile's first S, consumer 0 alone waits,
 for the step's K before its turn and for V (or V^T) in its turn after the S issue, as FA3's
-ping-pong step does; consumer 1's turn for the step comes after consumer 0's, which passed both
-waits (runs 305-307 in docs/kernels.md). The model has no dead blocks (sm90_pass_dead_blocks),
-whose turns come before their waits, so the rows that pass them keep every wait. Without turns the
-order is gone: that mutant must fail.
+ping-pong step does; the other consumers' turns for the step come after consumer 0's, which
+passed both waits (runs 305-310 in docs/kernels.md). The model has no dead blocks
+(sm90_pass_dead_blocks), whose turns come before their waits, so the rows that pass them keep
+every wait. Without turns the order is gone: that mutant must fail, with two consumers and
+with three.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -103,9 +106,10 @@ class NamedBarrier:
 class Smem:
     """Buffers with their content and the set of readers still using them."""
 
-    def __init__(self, stages):
+    def __init__(self, stages, consumers):
         self.content, self.readers = {}, {}
-        names = ["q0", "q1", "o0", "o1"] + [f"k{s}" for s in range(stages)]
+        names = [f"{b}{c}" for b in ("q", "o") for c in range(consumers)]
+        names += [f"k{s}" for s in range(stages)]
         names += [f"vt{s}" for s in range(stages)]
         for name in names + [f"v{s}" for s in range(stages)]:
             self.content[name] = None
@@ -146,8 +150,11 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None, ping_pong=True, leader_waits=False):
+                 mutant=None, ping_pong=True, leader_waits=False, consumers=2):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
+        # Consumer warpgroups of 128 threads (the tuning row's `consumers`): 2, or 3 in the d64
+        # and d128 rows of 192-row tiles.
+        self.consumers = consumers
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
         # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
         self.ping_pong = ping_pong
@@ -170,18 +177,20 @@ class Cta:
         # loading that tile's V_c there.
         # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
         self.lone_store_wait = transpose
-        self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(2)]
-        self.smem = Smem(stages)
+        self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(consumers)]
+        self.smem = Smem(stages, consumers)
         self.q_full = MBarrier("q_full", 1)
-        self.q_empty = MBarrier("q_empty", 256 if self.early else 2)
+        self.q_empty = MBarrier("q_empty", 128 * consumers if self.early else consumers)
         self.k_full = [MBarrier(f"k_full{s}", 1) for s in range(stages)]
         self.v_full = [MBarrier(f"v_full{s}", 1) for s in range(stages)]
-        self.k_empty = [MBarrier(f"k_empty{s}", 256) for s in range(stages)]
-        self.v_empty = [MBarrier(f"v_empty{s}", 256) for s in range(stages)]
-        self.turn = [NamedBarrier("turn0", "c0"), NamedBarrier("turn1", "c1")]
+        self.k_empty = [MBarrier(f"k_empty{s}", 128 * consumers) for s in range(stages)]
+        self.v_empty = [MBarrier(f"v_empty{s}", 128 * consumers) for s in range(stages)]
+        # One per consumer: its owner's sync and the previous consumer's arrival.
+        self.turn = [NamedBarrier(f"turn{c}", f"c{c}") for c in range(consumers)]
         self.async_events = []  # pending TMA completions: callables
         self.slot = None  # persistent schedules: the tile slot in shared memory
-        self.q_expect = [None, None]  # what each consumer's Q reads of the current tile expect
+        # What each consumer's Q reads of the current tile expect.
+        self.q_expect = [None] * consumers
 
     # --- producer (producer.cuh) ---
     def load(self, kind, tile_id, step, ring):
@@ -202,7 +211,7 @@ class Cta:
 
     def load_v(self, tile_id, step, ring, q_phase):
         # vring: V_c of a tile goes where consumer c staged the previous tile's O.
-        if self.staging == "vring" and step < 2:
+        if self.staging == "vring" and step < self.consumers:
             yield lambda qp=q_phase, c=step: self.o_free[c].passed(qp ^ 1)
         yield from self.load("v", tile_id, step, ring)
 
@@ -218,9 +227,9 @@ class Cta:
             if self.staging == "vring":
                 # Fewer V loads than consumers: the stages of the previous O stores no V load
                 # will wait for are waited for here, before the consumers may start the tile.
-                for c in range(count, 2):
+                for c in range(count, self.consumers):
                     yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
-            slabs = ["q1"] if skip_q0 else ["q0", "q1"]
+            slabs = [f"q{c}" for c in range(1 if skip_q0 else 0, self.consumers)]
             self.q_full.arrive_expect_tx(Q_SLAB_BYTES * len(slabs))
 
             def land_q(tile_id=tile_id, slabs=slabs):
@@ -391,7 +400,7 @@ class Cta:
 
     def turn_end(self, c):
         if self.ping_pong:
-            self.turn[1 - c].arrive(f"c{c}")
+            self.turn[(c + 1) % self.consumers].arrive(f"c{c}")
 
     def overlap_tile(self, c, tile_id, count, ring):
         # consumer_overlap.cuh: S of the first KV step alone, then S_t beside P V of t-1, then the
@@ -447,7 +456,7 @@ class Cta:
     def consumer_overlap(self, c):
         # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once
         # (NoTurns: neither).
-        if c == 1 and self.ping_pong:
+        if c == self.consumers - 1 and self.ping_pong:
             self.turn[0].arrive(f"c{c}")
         yield from self.consume_tiles(c, self.overlap_tile)
         if c == 0:
@@ -459,7 +468,8 @@ class Cta:
     def run(self):
         plain = self.schedule in ("plain", "pplain")
         consumer = self.consumer_plain if plain else self.consumer_overlap
-        roles = {"producer": self.producer(), "c0": consumer(0), "c1": consumer(1)}
+        roles = {"producer": self.producer()}
+        roles.update({f"c{c}": consumer(c) for c in range(self.consumers)})
         if self.transpose:
             roles["transposer"] = self.transposer()
         waiting = {name: (lambda: True) for name in roles}
@@ -487,24 +497,26 @@ def random_tiles(rng, persistent):
     return [(t, rng.choice([0, 0, 1, 2, 3, 5]), rng.random() < 0.3) for t in range(n)]
 
 
-def sweep(configs, runs, rng):
-    """Every (schedule, staging, transpose, ping_pong, leader_waits) config under `runs` random
-    interleavings, its stage counts and tiles drawn from rng; False after the first failure."""
+def sweep(configs, runs, rng, consumers=2):
+    """Every (schedule, staging, transpose, ping_pong, leader_waits) config with `consumers`
+    consumers under `runs` random interleavings, its stage counts and tiles drawn from rng; False
+    after the first failure."""
     for schedule, staging, transpose, ping_pong, leader_waits in configs:
         for i in range(runs):
             stages = rng.choice([2, 3])
             tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
             try:
                 Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    ping_pong=ping_pong, leader_waits=leader_waits).run()
+                    ping_pong=ping_pong, leader_waits=leader_waits, consumers=consumers).run()
             except ModelError as e:
                 print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
-                      f"leader_waits={leader_waits} stages={stages} tiles={tiles} seed={i}: {e}")
+                      f"leader_waits={leader_waits} consumers={consumers} stages={stages} "
+                      f"tiles={tiles} seed={i}: {e}")
                 return False
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
         leader = ", consumer 0 alone waiting for K and V" if leader_waits else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}{turns}){leader}: "
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}){leader}, {consumers} consumers: "
               f"{runs} random interleavings")
     return True
 
@@ -548,6 +560,17 @@ def main():
                   ("persistent", "vring", False, True, True),
                   ("persistent", "own", True, True, True)), runs, leader_rng):
         return 1
+    # Three consumers (the d64 and d128 rows of 192-row tiles: O in the Q slab or a buffer of
+    # its own, never a V stage), with every consumer waiting and with consumer 0 alone: the
+    # others' turns of a step follow consumer 0's through the turns of those before them.
+    three_rng = random.Random(13)
+    if not sweep((("overlap", "qslab", False, True, False),
+                  ("persistent", "qslab", False, True, False),
+                  ("persistent", "own", False, True, False),
+                  ("overlap", "qslab", False, True, True),
+                  ("persistent", "qslab", False, True, True),
+                  ("persistent", "own", False, True, True)), runs, three_rng, consumers=3):
+        return 1
     # The model must see the mistakes it is meant to catch: the two FP8 ones, and consumer 0
     # alone waiting without turns (consumer 1 then reads stages that have not landed).
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
@@ -555,6 +578,9 @@ def main():
             return 1
     if not mutant_caught("consumer 0 alone waiting without turns", runs, leader_rng,
                          ping_pong=False, leader_waits=True):
+        return 1
+    if not mutant_caught("consumer 0 alone waiting without turns, 3 consumers", runs, three_rng,
+                         ping_pong=False, leader_waits=True, consumers=3):
         return 1
     return 0
 
