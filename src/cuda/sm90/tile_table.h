@@ -82,7 +82,10 @@ enum class Sm90Switch : unsigned {
   // blocks (no kSkipDeadBlocks); the dense layout's unpacked tiles only, the ones timed
   // (consumer_overlap.cuh). FlashCore / FA3 over the configs of the rows that take it, against
   // without: d128 +0.8% / +1.5% (2k causal +0.8% / +2.7%), d256 +0.1% / +0.3% in two runs; with
-  // both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307).
+  // both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307). The d128
+  // non-causal rows of three consumers (whose kSkipDeadBlocks passed no block: a mask without
+  // causality hides none) ran their 2k-16k configs 1.009-1.018x with it; the d64 non-causal rows
+  // 0.986-1.006x, and keep every consumer's waits (run 309).
   kLeaderWaitsKv = 1u << 14,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
@@ -178,12 +181,12 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // heads 1.02-1.03x as fast with the 512 row, Wan 32760 x 12 heads 0.933x; the grid's 1k,
     // which the 512 row takes, within the noise over three runs: docs/kernels.md, runs 187-191).
     { 128, false,  2048,        80, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*fma_exp_period=*/0,
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kRowless | sm90_table::kStepDesc |
+       sm90_table::kLeaderWaits, /*cluster_m=*/1, /*input_bytes=*/2, /*fma_exp_period=*/0,
        /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, false,  kAnySeqlen,  80, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kRowless | sm90_table::kStepDesc |
+       sm90_table::kLeaderWaits, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
        /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
