@@ -25,7 +25,7 @@ Leader waits (leader_waits=True, the overlap schedules; Sm90Switch::kLeaderWaits
 dense layout's unpacked tiles take): in the steps after a tile's first S, consumer 0 alone waits,
 for the step's K before its turn and for V (or V^T) in its turn after the S issue, as FA3's
 ping-pong step does; the other consumers' turns for the step come after consumer 0's, which
-passed both waits (runs 305-310 in docs/kernels.md). The model has no dead blocks
+passed both waits (runs 305-309 in docs/kernels.md). The model has no dead blocks
 (sm90_pass_dead_blocks), whose turns come before their waits, so the rows that pass them keep
 every wait. Without turns the order is gone: that mutant must fail, with two consumers and
 with three.
