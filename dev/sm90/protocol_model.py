@@ -41,6 +41,8 @@ class ModelError(Exception):
 
 
 ANY = object()  # a read that may see whatever the buffer holds (a slab no tile row uses)
+# A consumer warpgroup's threads: what each of its barrier arrivals counts.
+WARPGROUP_THREADS = 128
 
 
 class MBarrier:
@@ -76,7 +78,7 @@ class MBarrier:
 
 
 class NamedBarrier:
-    THRESHOLD = 256
+    THRESHOLD = 2 * WARPGROUP_THREADS  # the owner's sync and the previous consumer's arrival
 
     def __init__(self, name, owner):
         self.name, self.owner = name, owner
@@ -95,11 +97,11 @@ class NamedBarrier:
             raise ModelError(f"{self.name}: over-arrival")
 
     def arrive(self, who):
-        self._add(who, 128, False)
+        self._add(who, WARPGROUP_THREADS, False)
 
     def sync(self, who):
         generation = self.generation
-        self._add(who, 128, True)
+        self._add(who, WARPGROUP_THREADS, True)
         return generation
 
 
@@ -152,7 +154,7 @@ class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
                  mutant=None, ping_pong=True, leader_waits=False, consumers=2):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
-        # Consumer warpgroups of 128 threads (the tuning row's `consumers`): 2, or 3 in the d64
+        # Consumer warpgroups (the tuning row's `consumers`): 2, or 3 in the d64
         # and d128 rows of 192-row tiles.
         self.consumers = consumers
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
@@ -177,14 +179,17 @@ class Cta:
         # loading that tile's V_c there.
         # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
         self.lone_store_wait = transpose
-        self.o_free = [MBarrier(f"o_free{c}", 128) for c in range(consumers)]
+        self.o_free = [MBarrier(f"o_free{c}", WARPGROUP_THREADS) for c in range(consumers)]
         self.smem = Smem(stages, consumers)
         self.q_full = MBarrier("q_full", 1)
-        self.q_empty = MBarrier("q_empty", 128 * consumers if self.early else consumers)
+        # Every consumer thread arrives on the K / V empty barriers (and on q_empty when Q goes
+        # back after the last S); one thread a consumer otherwise.
+        threads = WARPGROUP_THREADS * consumers
+        self.q_empty = MBarrier("q_empty", threads if self.early else consumers)
         self.k_full = [MBarrier(f"k_full{s}", 1) for s in range(stages)]
         self.v_full = [MBarrier(f"v_full{s}", 1) for s in range(stages)]
-        self.k_empty = [MBarrier(f"k_empty{s}", 128 * consumers) for s in range(stages)]
-        self.v_empty = [MBarrier(f"v_empty{s}", 128 * consumers) for s in range(stages)]
+        self.k_empty = [MBarrier(f"k_empty{s}", threads) for s in range(stages)]
+        self.v_empty = [MBarrier(f"v_empty{s}", threads) for s in range(stages)]
         # One per consumer: its owner's sync and the previous consumer's arrival.
         self.turn = [NamedBarrier(f"turn{c}", f"c{c}") for c in range(consumers)]
         self.async_events = []  # pending TMA completions: callables
@@ -288,7 +293,7 @@ class Cta:
 
     def release_q_after_last_qk(self):
         if self.early:
-            self.q_empty.arrive(128)
+            self.q_empty.arrive(WARPGROUP_THREADS)
 
     def epilogue(self, c, tile_id, ring, has_rows):
         # A consumer without rows stages O like the others but issues no store.
@@ -325,7 +330,7 @@ class Cta:
                 self.smem.start_read(v, ("O", tile_id, c), who + " store")
                 yield lambda: True
                 self.smem.end_read(v, who + " store")
-            self.o_free[c].arrive(128)
+            self.o_free[c].arrive(WARPGROUP_THREADS)
             return
         if self.staging == "own":
             # Own staging buffer: wait for the previous store's read (bulk wait_group.read), then
@@ -380,13 +385,13 @@ class Cta:
             self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
             yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
-            self.k_empty[s].arrive(128)
+            self.k_empty[s].arrive(WARPGROUP_THREADS)
             if step == count - 1:
                 self.release_q_after_last_qk()
             yield lambda s=s, ph=ring.phase: self.v_full[s].passed(ph)
             self.smem.start_read(f"v{s}", (tile_id, step), who)
             yield from self.wgmma_wait(who, [f"v{s}"])
-            self.v_empty[s].arrive(128)
+            self.v_empty[s].arrive(WARPGROUP_THREADS)
             ring.advance()
 
     def consumer_plain(self, c):
@@ -412,7 +417,7 @@ class Cta:
         self.smem.start_read(f"k{s}", (tile_id, 0), who)
         self.turn_end(c)
         yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
-        self.k_empty[s].arrive(128)
+        self.k_empty[s].arrive(WARPGROUP_THREADS)
         if count == 1:
             self.release_q_after_last_qk()
         for step in range(1, count):
@@ -432,18 +437,18 @@ class Cta:
             self.smem.start_read(self.pv_buf(ps), (tile_id, step - 1), who)
             self.turn_end(c)
             yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])  # wait_group<1>
-            self.k_empty[s].arrive(128)
+            self.k_empty[s].arrive(WARPGROUP_THREADS)
             if step == count - 1:
                 self.release_q_after_last_qk()
             yield from self.wgmma_wait(who, [self.pv_buf(ps)])  # wait_group<0>
-            self.v_empty[ps].arrive(128)
+            self.v_empty[ps].arrive(WARPGROUP_THREADS)
         s = ring.stage
         yield lambda s=s, ph=ring.phase: self.pv_full(s).passed(ph)
         yield from self.turn_begin(c)
         self.smem.start_read(self.pv_buf(s), (tile_id, count - 1), who)
         self.turn_end(c)
         yield from self.wgmma_wait(who, [self.pv_buf(s)])
-        self.v_empty[s].arrive(128)
+        self.v_empty[s].arrive(WARPGROUP_THREADS)
         ring.advance()
 
     # What P V reads and waits for: V, or with the transposer V^T (smem_layout.cuh pv_tile).
@@ -564,12 +569,10 @@ def main():
     # its own, never a V stage), with every consumer waiting and with consumer 0 alone: the
     # others' turns of a step follow consumer 0's through the turns of those before them.
     three_rng = random.Random(13)
-    if not sweep((("overlap", "qslab", False, True, False),
-                  ("persistent", "qslab", False, True, False),
-                  ("persistent", "own", False, True, False),
-                  ("overlap", "qslab", False, True, True),
-                  ("persistent", "qslab", False, True, True),
-                  ("persistent", "own", False, True, True)), runs, three_rng, consumers=3):
+    three = [(schedule, staging, False, True, leader_waits) for leader_waits in (False, True)
+             for schedule, staging in (("overlap", "qslab"), ("persistent", "qslab"),
+                                       ("persistent", "own"))]
+    if not sweep(three, runs, three_rng, consumers=3):
         return 1
     # The model must see the mistakes it is meant to catch: the two FP8 ones, and consumer 0
     # alone waiting without turns (consumer 1 then reads stages that have not landed).

@@ -105,19 +105,20 @@ def positions(body, family):
     return [i for i, (_, text) in enumerate(body) if opcode(text) == family]
 
 
+def positions(body, prefix):
+    """Positions in the step of the instructions whose opcode, predicate dropped, starts so."""
+    return [i for i, (_, text) in enumerate(body) if PREDICATE.sub("", text).startswith(prefix)]
+
+
 def depbar_positions(body):
     """WARPGROUP.DEPBAR (the waits), not WARPGROUP.ARRIVE (the fence before an issue)."""
-    return [i for i, (_, text) in enumerate(body)
-            if PREDICATE.sub("", text).startswith("WARPGROUP.DEPBAR")]
+    return positions(body, "WARPGROUP.DEPBAR")
 
 
 def turn_span(body):
     """(BAR.SYNC, the first BAR.ARV after it) positions in the step, or None."""
-    syncs = [i for i, (_, t) in enumerate(body) if PREDICATE.sub("", t).startswith("BAR.SYNC")]
-    if not syncs:
-        return None
-    arrivals = [i for i, (_, t) in enumerate(body)
-                if PREDICATE.sub("", t).startswith("BAR.ARV") and i > syncs[0]]
+    syncs = positions(body, "BAR.SYNC")
+    arrivals = [i for i in positions(body, "BAR.ARV") if syncs and i > syncs[0]]
     return (syncs[0], arrivals[0]) if arrivals else None
 
 
