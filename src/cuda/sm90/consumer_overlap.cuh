@@ -24,13 +24,13 @@
 // other does its softmax. Turns go round strictly through one named barrier of 256 threads per
 // consumer (consumer c syncs on its turn barrier and, right after issuing, arrives on the next
 // one's). The rotation lasts the CTA's life, across tiles: every consumer takes n + 1 turns per
-// tile (same n), so the rotation is in step at each tile boundary, and consumer 0 issues the next
-// tile's first S = Q K^T as soon as the last consumer has issued its last P V, under the other
-// consumers' epilogues. The kernel calls start() and finish() once (see PingPongTurns). Rows
-// with Sm90Switch::kNoPingPong take no turns (NoTurns): the FP8 rows, as in FA3's FP8 kernel that
-// transposes V in shared memory (measured in docs/kernels.md, run 120). With
-// Config::kLeaderWaitsKv consumer 0 alone waits for a step's K and V, and the turns order the
-// others after it (FA3's step; at step_once below).
+// tile (same n), so the rotation is in step at each tile boundary, and the first turn's consumer
+// (Config::kFirstTurn) issues the next tile's first S = Q K^T as soon as the consumer before it has
+// issued its last P V, under the other consumers' epilogues. The kernel calls start() and finish()
+// once (see PingPongTurns). Rows with Sm90Switch::kNoPingPong take no turns (NoTurns): the FP8
+// rows, as in FA3's FP8 kernel that transposes V in shared memory (measured in docs/kernels.md, run
+// 120). With Config::kLeaderWaitsKv the consumer of each step's first turn alone waits for the
+// step's K and V, and the turns order the others after it (FA3's step; at step_once below).
 //
 // A consumer with no query row in the tile, or whose rows see no key, runs the same function
 // with kComputes = false: every barrier wait and arrival and every turn in the same order, so the
@@ -65,10 +65,12 @@ namespace flashcore::detail {
 // Each turn barrier has 256 threads: the owner's sync plus the previous consumer's arrival.
 constexpr uint32_t kTurnBarrierThreads = 256;
 
-// Turns go round 0, 1, .., kConsumers-1, 0, ...
-template <int kConsumers>
+// Turns go round 0, 1, .., kConsumers-1, 0, ..., consumer kFirst taking the first: each KV step
+// is then a turn of every consumer, kFirst's first.
+template <int kConsumers, int kFirst>
 struct PingPongTurns {
   static_assert(kConsumers <= kSm90MaxConsumers, "one turn barrier per consumer");
+  static_assert(kFirst >= 0 && kFirst < kConsumers, "the first turn is a consumer's");
   int consumer;
   __device__ __forceinline__ static uint32_t barrier(int owner) {
     return sm90_barrier_id(Sm90NamedBarrier::kTurnFirst, owner);
@@ -79,14 +81,16 @@ struct PingPongTurns {
   __device__ __forceinline__ void end() const {
     named_barrier_arrive(barrier((consumer + 1) % kConsumers), kTurnBarrierThreads);
   }
-  // Once per CTA, before its first tile: the last consumer hands the first turn to consumer 0.
+  // Once per CTA, before its first tile: the consumer before kFirst hands it the first turn.
   __device__ __forceinline__ void start() const {
-    if (consumer == kConsumers - 1) named_barrier_arrive(barrier(0), kTurnBarrierThreads);
+    if (consumer == (kFirst + kConsumers - 1) % kConsumers) {
+      named_barrier_arrive(barrier(kFirst), kTurnBarrierThreads);
+    }
   }
-  // Once per CTA, after its last tile: consumer 0 takes the hand-over of the last turn, so every
+  // Once per CTA, after its last tile: kFirst takes the hand-over of the last turn, so every
   // barrier ends with as many arrivals as syncs.
   __device__ __forceinline__ void finish() const {
-    if (consumer == 0) named_barrier_sync(barrier(0), kTurnBarrierThreads);
+    if (consumer == kFirst) named_barrier_sync(barrier(kFirst), kTurnBarrierThreads);
   }
 };
 
@@ -224,19 +228,21 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
-    // Config::kLeaderWaitsKv (FA3's ping-pong step), in the dense layout's unpacked tiles: consumer
-    // 0 alone waits, for a step's K before its turn and for the previous block's V in its turn
-    // after the S = Q K^T issue (the producer loads V_{j-1} after K_j). Consumer c > 0 begins the
-    // step's turn after consumer 0's turn of that step has issued both GEMMs (turns go round 0, 1,
-    // ..; every consumer takes one per step, the steps of all consumers being the same blocks): the
-    // mbarrier's phase makes the TMA's bytes visible to consumer 0, the turn barrier orders the
-    // other consumers' wgmma reads after its waits. Packed tiles and the serving layouts keep every
-    // consumer's waits before its turn: untimed with the switch, their d256 kernels spilled with it
-    // (the serving causal steps inside the consumers), and a gathered block's proxy fence after the
-    // waits is each reading thread's own.
+    // Config::kLeaderWaitsKv (FA3's ping-pong step), in the dense layout's unpacked tiles: the
+    // consumer of a step's first turn (Config::kFirstTurn, the leader) alone waits, for the step's
+    // K before its turn and for the previous block's V in its turn after the S = Q K^T issue (the
+    // producer loads V_{j-1} after K_j). The others begin the step's turn after the leader's turn
+    // of that step has issued both GEMMs (every consumer takes one turn per KV block, its turns of
+    // dead blocks included): the mbarrier's phase makes the TMA's bytes visible to the leader, the
+    // turn barrier orders the other consumers' wgmma reads after its waits. A leader that passed a
+    // block as dead would wait for it only after its turn; the leader passes the fewest
+    // (tile_config.h), so no other consumer computes on a block it passed. Packed tiles and the
+    // serving layouts keep every consumer's waits before its turn: untimed with the switch, their
+    // d256 kernels spilled with it (the serving causal steps inside the consumers), and a gathered
+    // block's proxy fence after the waits is each reading thread's own.
     constexpr bool kLeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
                                   std::is_same_v<Layout, Sm90DenseLayout>;
-    const bool leads = consumer == 0;
+    const bool leads = consumer == Config::kFirstTurn;
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;

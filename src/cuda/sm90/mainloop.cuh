@@ -27,7 +27,8 @@ struct Sm90Mainloop {
   using Layout = Layout_;
   static constexpr bool kCausal = kCausal_;
   static constexpr DType kDType = Config::kDType;
-  using Turns = std::conditional_t<Config::kPingPong, PingPongTurns<Config::kConsumerWarpgroups>,
+  using Turns = std::conditional_t<Config::kPingPong,
+                                   PingPongTurns<Config::kConsumerWarpgroups, Config::kFirstTurn>,
                                    NoTurns>;
 
   // The KV blocks `tile`'s rows visit (packed: of those, the tile's split).

@@ -76,16 +76,19 @@ enum class Sm90Switch : unsigned {
   // the 16-bit d64 rows 0.966-1.014x, the d128 rows 0.968-1.045x, the d128 causal rows alone
   // 0.984x (docs/kernels.md, runs 299-301).
   kRow0ExpFirst = 1u << 13,
-  // In the KV steps only consumer 0 waits for the pipelines, for the step's K before its turn and
+  // In the KV steps only the leader waits for the pipelines, for the step's K before its turn and
   // for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a step
-  // follow consumer 0's (FA3's ping-pong step). Rows with turns whose consumers walk the same
-  // blocks (no kSkipDeadBlocks); the dense layout's unpacked tiles only, the ones timed
-  // (consumer_overlap.cuh). FlashCore / FA3 over the configs of the rows that take it, against
-  // without: d128 +0.8% / +1.5% (2k causal +0.8% / +2.7%), d256 +0.1% / +0.3% in two runs; with
-  // both waits before consumer 0's turn +0.2% (docs/kernels.md, runs 305-307). The d128
-  // non-causal rows of three consumers (whose kSkipDeadBlocks passed no block: a mask without
-  // causality hides none) ran their 2k-16k configs 1.009-1.018x with it; the d64 non-causal rows
-  // 0.986-1.006x, and keep every consumer's waits (run 309).
+  // follow the leader's (FA3's ping-pong step). Rows with turns; the leader is consumer 0, or on
+  // rows with kSkipDeadBlocks the last consumer, which passes the fewest blocks (tile_config.h).
+  // The dense layout's unpacked tiles only, the ones timed (consumer_overlap.cuh). FlashCore / FA3
+  // over the configs of the rows that take it, against without: d128 +0.8% / +1.5% (2k causal +0.8%
+  // / +2.7%), d256 +0.1% / +0.3% in two runs; with both waits before the leader's turn +0.2%
+  // (docs/kernels.md, runs 305-307). The d128 non-causal rows of three consumers (whose
+  // kSkipDeadBlocks passed no block: a mask without causality hides none) ran their 2k-16k configs
+  // 1.009-1.018x with it; the d64 non-causal rows 0.986-1.006x, and keep every consumer's waits
+  // (run 309). Led by the last consumer, the d128 causal row above 2k ran 4k-16k 1.017-1.026x and
+  // its LLM shapes up to 1.023x; the d64 causal rows 0.996-1.007x, and keep every consumer's waits
+  // (run 311).
   kLeaderWaitsKv = 1u << 14,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
@@ -205,8 +208,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // every SM (16 heads at 4k / 16k, Llama-3-8B 4k; run 233).
     { 128, true,   kAnySeqlen,  80, 2, 3, sm90_table::kPers, 32,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kDead | sm90_table::kRowless |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/2, /*fma_exp_period=*/0,
-       /*wave_peer=*/1, /*wave_peer_cost_pct=*/103},
+       sm90_table::kStepDesc | sm90_table::kLeaderWaits, /*cluster_m=*/1, /*input_bytes=*/2,
+       /*fma_exp_period=*/0, /*wave_peer=*/1, /*wave_peer_cost_pct=*/103},
     // d256 keeps the softmax after its P V: split into masked and unmasked loops its causal row
     // ran 0.97-0.98x as fast, its non-causal row 1.00x (docs/kernels.md, runs 132 and 140).
     // Causal: 16 MiB L2 sections. At 8, a section held one head's 64 tiles at 8k (two heads' at
