@@ -21,14 +21,20 @@ last V with the stop word; O staged in its own buffer, in a raw V stage or store
 ("regs"); with ping-pong turns and without (ping_pong=False, the fp8 rows'
 Sm90Switch::kNoPingPong). Two FP8 mutants must fail: a stop that waits for the next stage only,
 a transposer that does not wait for v_empty before overwriting V^T.
+Dead blocks (dead_blocks=True, the overlap schedules; Sm90Switch::kSkipDeadBlocks under a causal
+mask): a tile's first KV blocks (the last keys) may lie past the diagonal of a consumer's rows;
+the consumer takes their turns without reads and waits for each block after its turn
+(sm90_pass_dead_blocks). A later consumer's rows see more keys, so it passes no more blocks than
+an earlier one's; each consumer sees one key at least (a consumer that sees none keeps the
+protocol without reads, as one without rows does in the kernel).
 Leader waits (leader_waits=True, the overlap schedules; Sm90Switch::kLeaderWaitsKv, which the
-dense layout's unpacked tiles take): in the steps after a tile's first S, consumer 0 alone waits,
+dense layout's unpacked tiles take): in the steps after a tile's first S, the leader alone waits,
 for the step's K before its turn and for V (or V^T) in its turn after the S issue, as FA3's
-ping-pong step does; the other consumers' turns for the step come after consumer 0's, which
-passed both waits (runs 305-309 in docs/kernels.md). The model has no dead blocks
-(sm90_pass_dead_blocks), whose turns come before their waits, so the rows that pass them keep
-every wait. Without turns the order is gone: that mutant must fail, with two consumers and
-with three.
+ping-pong step does; the turns start at the leader, so the other consumers' turns for the step
+come after the leader's, which passed both waits (runs 305-311 in docs/kernels.md). The leader is
+consumer 0, or with dead blocks the last consumer (Sm90TileConfig::kFirstTurn), which passes the
+fewest. Without turns the order is gone, and so it is where consumer 0 leads and passes blocks that
+the others compute on: those mutants must fail.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -152,7 +158,7 @@ TRANSPOSER_THREADS = 96
 
 class Cta:
     def __init__(self, tiles, stages, schedule, rng, staging="qslab", transpose=False,
-                 mutant=None, ping_pong=True, leader_waits=False, consumers=2):
+                 mutant=None, ping_pong=True, leader_waits=False, consumers=2, leader=0):
         self.tiles, self.stages, self.schedule, self.rng = tiles, stages, schedule, rng
         # Consumer warpgroups (the tuning row's `consumers`): 2, or 3 in the d64
         # and d128 rows of 192-row tiles.
@@ -160,8 +166,10 @@ class Cta:
         self.transpose = transpose  # FP8: V^T written by the transposer (v_transpose.cuh)
         # False: the consumers take no turns (Sm90Switch::kNoPingPong, the fp8 rows).
         self.ping_pong = ping_pong
-        # True: in a tile's steps after its first S only consumer 0 waits for K and V.
+        # True: in a tile's steps after its first S only the leader waits for K and V.
         self.leader_waits = leader_waits
+        # The consumer of each KV step's first turn (the kernel's kFirstTurn).
+        self.leader = leader
         # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
         # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).
         self.mutant = mutant
@@ -222,7 +230,7 @@ class Cta:
 
     def producer(self):
         ring, q_phase = Ring(self.stages), 0
-        for tile_id, count, skip_q0 in self.tiles:
+        for tile_id, count, skip_q0, _ in self.tiles:
             k_ring, v_ring = ring.copy(), ring.copy()
             if count > 0:
                 yield from self.load("k", tile_id, 0, k_ring)
@@ -362,7 +370,7 @@ class Cta:
         # The consumer's tile loop (kernel.cuh): wait for Q, read the slot, the tile's KV steps
         # (tile_work; none: hand Q back at once), epilogue; after the last tile, the -1 slot.
         who, ring, q_phase = f"c{c}", Ring(self.stages), 0
-        for tile_id, count, skip_q0 in self.tiles:
+        for tile_id, count, skip_q0, dead in self.tiles:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, tile_id)
             has_rows = not (skip_q0 and c == 0)
@@ -370,15 +378,15 @@ class Cta:
             if count == 0:
                 self.release_q_after_last_qk()
             else:
-                yield from tile_work(c, tile_id, count, ring)
+                yield from tile_work(c, tile_id, count, ring, dead[c])
             yield from self.epilogue(c, tile_id, ring, has_rows)
             q_phase ^= 1
         if self.persistent:
             yield lambda qp=q_phase: self.q_full.passed(qp)
             self.read_slot(who, -1)
 
-    def plain_tile(self, c, tile_id, count, ring):
-        who = f"c{c}"
+    def plain_tile(self, c, tile_id, count, ring, dead):
+        who = f"c{c}"  # (the plain schedules pass no dead block: dead is 0)
         for step in range(count):
             s = ring.stage
             yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
@@ -407,32 +415,47 @@ class Cta:
         if self.ping_pong:
             self.turn[(c + 1) % self.consumers].arrive(f"c{c}")
 
-    def overlap_tile(self, c, tile_id, count, ring):
-        # consumer_overlap.cuh: S of the first KV step alone, then S_t beside P V of t-1, then the
-        # last P V alone; every GEMM issue in a ping-pong turn.
+    def pass_dead_blocks(self, c, dead, ring):
+        # sm90_pass_dead_blocks: each block's turn handed on at once, then its waits and releases.
+        for _ in range(dead):
+            yield from self.turn_begin(c)
+            self.turn_end(c)
+            s = ring.stage
+            yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
+            self.k_empty[s].arrive(WARPGROUP_THREADS)
+            yield lambda s=s, ph=ring.phase: self.pv_full(s).passed(ph)
+            self.v_empty[s].arrive(WARPGROUP_THREADS)
+            ring.advance()
+
+    def overlap_tile(self, c, tile_id, count, ring, dead):
+        # consumer_overlap.cuh: the dead blocks' turns, S of the first live KV step alone, then
+        # S_t beside P V of t-1, then the last P V alone; every GEMM issue in a ping-pong turn.
+        # Step t of the live steps reads the producer's load `dead + t` of the tile.
+        yield from self.pass_dead_blocks(c, dead, ring)
         who, s = f"c{c}", ring.stage
         yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
         yield from self.turn_begin(c)
         self.smem.start_read(f"q{c}", self.q_expect[c], who)
-        self.smem.start_read(f"k{s}", (tile_id, 0), who)
+        self.smem.start_read(f"k{s}", (tile_id, dead), who)
         self.turn_end(c)
         yield from self.wgmma_wait(who, [f"q{c}", f"k{s}"])
         self.k_empty[s].arrive(WARPGROUP_THREADS)
-        if count == 1:
+        if count - dead == 1:
             self.release_q_after_last_qk()
-        for step in range(1, count):
+        for step in range(dead + 1, count):
             prev = ring.copy()
             ring.advance()
             s, ps = ring.stage, prev.stage
             v_ready = lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
-            if c == 0 or not self.leader_waits:
+            leads = c == self.leader
+            if leads or not self.leader_waits:
                 yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
             if not self.leader_waits:
                 yield v_ready
             yield from self.turn_begin(c)
             self.smem.start_read(f"q{c}", self.q_expect[c], who)
             self.smem.start_read(f"k{s}", (tile_id, step), who)
-            if c == 0 and self.leader_waits:  # in its turn, after the S issue
+            if leads and self.leader_waits:  # in its turn, after the S issue
                 yield v_ready
             self.smem.start_read(self.pv_buf(ps), (tile_id, step - 1), who)
             self.turn_end(c)
@@ -460,14 +483,14 @@ class Cta:
 
     def consumer_overlap(self, c):
         # One turn rotation for the CTA's life (PingPongTurns): start() once, finish() once
-        # (NoTurns: neither).
-        if c == self.consumers - 1 and self.ping_pong:
-            self.turn[0].arrive(f"c{c}")
+        # (NoTurns: neither); the leader takes the first turn and the hand-over of the last.
+        if c == (self.leader - 1) % self.consumers and self.ping_pong:
+            self.turn[self.leader].arrive(f"c{c}")
         yield from self.consume_tiles(c, self.overlap_tile)
-        if c == 0:
+        if c == self.leader:
             yield from self.turn_begin(c)
         for barrier in self.turn:
-            if barrier.arrived and c == 0:
+            if barrier.arrived and c == self.leader:
                 raise ModelError(f"{barrier.name}: {barrier.arrived} arrivals left at the end")
 
     def run(self):
@@ -496,41 +519,62 @@ class Cta:
                 del waiting[what]
 
 
-def random_tiles(rng, persistent):
-    # (tile id, KV steps, whether consumer 0's slab lies before row 0)
+def random_dead_blocks(rng, count, consumers):
+    """Blocks each consumer passes as dead: none past count - 1 (each sees a key), and never
+    fewer than a later consumer's, whose rows see more keys (a causal mask)."""
+    dead, most = [], 0
+    for _ in range(consumers):  # the last consumer first
+        most = min(count - 1, most + rng.choice([0, 1, 2])) if count > 0 else 0
+        dead.append(most)
+    return tuple(reversed(dead))
+
+
+TILE_STEPS = (0, 0, 1, 2, 3, 5)  # KV steps a tile may have, drawn evenly
+
+
+def random_tiles(rng, persistent, consumers=2, dead_blocks=False, steps=TILE_STEPS):
+    # (tile id, KV steps, whether consumer 0's slab lies before row 0, each consumer's dead blocks)
     n = rng.randint(1, 4) if persistent else 1
-    return [(t, rng.choice([0, 0, 1, 2, 3, 5]), rng.random() < 0.3) for t in range(n)]
+    tiles = []
+    for t in range(n):
+        count = rng.choice(steps)
+        dead = random_dead_blocks(rng, count, consumers) if dead_blocks else (0,) * consumers
+        tiles.append((t, count, rng.random() < 0.3, dead))
+    return tiles
 
 
-def sweep(configs, runs, rng, consumers=2):
+def sweep(configs, runs, rng, consumers=2, dead_blocks=False):
     """Every (schedule, staging, transpose, ping_pong, leader_waits) config with `consumers`
-    consumers under `runs` random interleavings, its stage counts and tiles drawn from rng; False
-    after the first failure."""
+    consumers under `runs` random interleavings, its stage counts and tiles drawn from rng (with
+    dead blocks: the last consumer leads); False after the first failure."""
+    leader = consumers - 1 if dead_blocks else 0
     for schedule, staging, transpose, ping_pong, leader_waits in configs:
         for i in range(runs):
             stages = rng.choice([2, 3])
-            tiles = random_tiles(rng, schedule in ("persistent", "pplain"))
+            tiles = random_tiles(rng, schedule in ("persistent", "pplain"), consumers, dead_blocks)
             try:
                 Cta(tiles, stages, schedule, random.Random(i), staging, transpose,
-                    ping_pong=ping_pong, leader_waits=leader_waits, consumers=consumers).run()
+                    ping_pong=ping_pong, leader_waits=leader_waits, consumers=consumers,
+                    leader=leader).run()
             except ModelError as e:
                 print(f"FAIL {schedule} {staging} transpose={transpose} ping_pong={ping_pong} "
-                      f"leader_waits={leader_waits} consumers={consumers} stages={stages} "
-                      f"tiles={tiles} seed={i}: {e}")
+                      f"leader_waits={leader_waits} consumers={consumers} leader={leader} "
+                      f"stages={stages} tiles={tiles} seed={i}: {e}")
                 return False
         fp8 = ", FP8 V transposer" if transpose else ""
         turns = "" if ping_pong else ", no turns"
-        leader = ", consumer 0 alone waiting for K and V" if leader_waits else ""
-        print(f"ok {schedule} ({staging} O staging{fp8}{turns}){leader}, {consumers} consumers: "
-              f"{runs} random interleavings")
+        dead = ", dead blocks" if dead_blocks else ""
+        waits = f", consumer {leader} alone waiting for K and V" if leader_waits else ""
+        print(f"ok {schedule} ({staging} O staging{fp8}{turns}{dead}){waits}, {consumers} "
+              f"consumers: {runs} random interleavings")
     return True
 
 
-def mutant_caught(name, runs, rng, **cta_args):
+def mutant_caught(name, runs, rng, dead_blocks=False, steps=TILE_STEPS, **cta_args):
     """Whether a persistent CTA with O in its own buffer and cta_args fails within `runs`."""
     for i in range(runs):
         stages = rng.choice([2, 3])
-        tiles = random_tiles(rng, True)
+        tiles = random_tiles(rng, True, cta_args.get("consumers", 2), dead_blocks, steps)
         try:
             Cta(tiles, stages, "persistent", random.Random(i), "own", **cta_args).run()
         except ModelError:
@@ -574,6 +618,16 @@ def main():
                                        ("persistent", "own"))]
     if not sweep(three, runs, three_rng, consumers=3):
         return 1
+    # Dead blocks (the causal rows that pass them, three consumers like the d64 / d128 rows of
+    # 192-row tiles, and two), every consumer waiting and the last consumer alone: it passes the
+    # fewest, so each block another consumer computes on is one it waited for in its turn.
+    dead_rng = random.Random(17)
+    for consumers in (2, 3):
+        dead = [(schedule, staging, False, True, leader_waits) for leader_waits in (False, True)
+                for schedule, staging in (("overlap", "qslab"), ("persistent", "qslab"),
+                                          ("persistent", "own"))]
+        if not sweep(dead, runs, dead_rng, consumers=consumers, dead_blocks=True):
+            return 1
     # The model must see the mistakes it is meant to catch: the two FP8 ones, and consumer 0
     # alone waiting without turns (consumer 1 then reads stages that have not landed).
     for mutant in ("stop_one_stage", "no_vt_release_wait"):
@@ -584,6 +638,12 @@ def main():
         return 1
     if not mutant_caught("consumer 0 alone waiting without turns, 3 consumers", runs, three_rng,
                          ping_pong=False, leader_waits=True, consumers=3):
+        return 1
+    # Consumer 0 leading where it passes dead blocks: its waits for them come after its turns.
+    # Another consumer's read then has to come before the block lands, within a few of the
+    # model's moves: long tiles and more interleavings (1 in 300-1500 caught it in trials).
+    if not mutant_caught("consumer 0 alone waiting, passing dead blocks", 5 * runs, dead_rng,
+                         dead_blocks=True, steps=(3, 5), leader_waits=True, consumers=3):
         return 1
     return 0
 
