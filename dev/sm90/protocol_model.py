@@ -30,11 +30,11 @@ protocol without reads, as one without rows does in the kernel).
 Leader waits (leader_waits=True, the overlap schedules; Sm90Switch::kLeaderWaitsKv, which the
 dense layout's unpacked tiles take): in the steps after a tile's first S, the leader alone waits,
 for the step's K before its turn and for V (or V^T) in its turn after the S issue, as FA3's
-ping-pong step does; the turns start at the leader, so the other consumers' turns for the step
-come after the leader's, which passed both waits (runs 305-311 in docs/kernels.md). The leader is
-consumer 0, or with dead blocks the last consumer (Sm90TileConfig::kFirstTurn), which passes the
-fewest. Without turns the order is gone, and so it is where consumer 0 leads and passes blocks that
-the others compute on: those mutants must fail.
+ping-pong step does; the turns start at the leader, so the other consumers' turns for the step come
+after the leader's, which passed both waits (runs 305-311 in docs/kernels.md). The leader is
+consumer 0, or with dead blocks the last consumer (kSm90FirstTurn in consumer_overlap.cuh), which
+passes the fewest. Without turns the order is gone, and so it is where consumer 0 leads and passes
+blocks that the others compute on: those mutants must fail.
 Run: python3 dev/sm90/protocol_model.py [runs]   (no GPU needed)
 """
 
@@ -168,7 +168,7 @@ class Cta:
         self.ping_pong = ping_pong
         # True: in a tile's steps after its first S only the leader waits for K and V.
         self.leader_waits = leader_waits
-        # The consumer of each KV step's first turn (the kernel's kFirstTurn).
+        # The consumer of each KV step's first turn (the kernel's kSm90FirstTurn).
         self.leader = leader
         # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
         # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).

@@ -25,7 +25,7 @@
 // consumer (consumer c syncs on its turn barrier and, right after issuing, arrives on the next
 // one's). The rotation lasts the CTA's life, across tiles: every consumer takes n + 1 turns per
 // tile (same n), so the rotation is in step at each tile boundary, and the first turn's consumer
-// (Config::kFirstTurn) issues the next tile's first S = Q K^T as soon as the consumer before it has
+// (kSm90FirstTurn) issues the next tile's first S = Q K^T as soon as the consumer before it has
 // issued its last P V, under the other consumers' epilogues. The kernel calls start() and finish()
 // once (see PingPongTurns). Rows with Sm90Switch::kNoPingPong take no turns (NoTurns): the FP8
 // rows, as in FA3's FP8 kernel that transposes V in shared memory (measured in docs/kernels.md, run
@@ -64,6 +64,26 @@ namespace flashcore::detail {
 
 // Each turn barrier has 256 threads: the owner's sync plus the previous consumer's arrival.
 constexpr uint32_t kTurnBarrierThreads = 256;
+
+// Whether one consumer, the leader, waits for every consumer's K and V in the KV steps
+// (Config::kLeaderWaitsKv): in the dense layout's unpacked tiles, the ones timed. Packed tiles and
+// the serving layouts keep every consumer's waits before its turn: their d256 kernels spilled with
+// the switch (the serving causal steps inside the consumers), and a gathered block's proxy fence
+// after the waits is each reading thread's own.
+template <class Config, class Layout>
+inline constexpr bool kSm90LeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
+                                         std::is_same_v<Layout, Sm90DenseLayout>;
+
+// The consumer of each KV step's first turn, the leader where kSm90LeaderWaits. The leader must
+// compute on every block another consumer computes on (a block it passes as dead it waits for only
+// after its turn, sm90_pass_dead_blocks): consumer 0 where every consumer walks the same blocks,
+// the last on rows that pass dead blocks, whose slab (the tile's last rows, which see the most keys
+// under a causal mask) passes the fewest (sm90_dead_blocks). Consumer 0 elsewhere: with the last
+// consumer first the d128 causal rows up to 2k, which pass none, ran 0.963-0.993x (run 312).
+template <class Config, class Layout>
+inline constexpr int kSm90FirstTurn =
+    kSm90LeaderWaits<Config, Layout> && Config::kSkipsDeadBlocks ? Config::kConsumerWarpgroups - 1
+                                                                 : 0;
 
 // Turns go round 0, 1, .., kConsumers-1, 0, ..., consumer kFirst taking the first: each KV step
 // is then a turn of every consumer, kFirst's first.
@@ -228,21 +248,15 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     }
 
     [[maybe_unused]] const bool never = Config::kPvWaitAfterSoftmax && opaque_false();
-    // Config::kLeaderWaitsKv (FA3's ping-pong step), in the dense layout's unpacked tiles: the
-    // consumer of a step's first turn (Config::kFirstTurn, the leader) alone waits, for the step's
-    // K before its turn and for the previous block's V in its turn after the S = Q K^T issue (the
-    // producer loads V_{j-1} after K_j). The others begin the step's turn after the leader's turn
-    // of that step has issued both GEMMs (every consumer takes one turn per KV block, its turns of
-    // dead blocks included): the mbarrier's phase makes the TMA's bytes visible to the leader, the
-    // turn barrier orders the other consumers' wgmma reads after its waits. A leader that passed a
-    // block as dead would wait for it only after its turn; the leader passes the fewest
-    // (tile_config.h), so no other consumer computes on a block it passed. Packed tiles and the
-    // serving layouts keep every consumer's waits before its turn: untimed with the switch, their
-    // d256 kernels spilled with it (the serving causal steps inside the consumers), and a gathered
-    // block's proxy fence after the waits is each reading thread's own.
-    constexpr bool kLeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
-                                  std::is_same_v<Layout, Sm90DenseLayout>;
-    const bool leads = consumer == Config::kFirstTurn;
+    // kSm90LeaderWaits (FA3's ping-pong step): the consumer of a step's first turn (the leader,
+    // kSm90FirstTurn) alone waits, for the step's K before its turn and for the previous block's V
+    // in its turn after the S = Q K^T issue (the producer loads V_{j-1} after K_j). The others
+    // begin the step's turn after the leader's turn of that step has issued both GEMMs (every
+    // consumer takes one turn per KV block, its turns of dead blocks included): the mbarrier's
+    // phase makes the TMA's bytes visible to the leader, the turn barrier orders the other
+    // consumers' wgmma reads after its waits.
+    constexpr bool kLeaderWaits = kSm90LeaderWaits<Config, Layout>;
+    const bool leads = consumer == kSm90FirstTurn<Config, Layout>;
     // One step of the loop, its mask as `mask_steps` says.
     const auto step_once = [&](int step, auto mask_steps) {
       [[maybe_unused]] constexpr Sm90StepMask kMask = decltype(mask_steps)::value;

@@ -28,7 +28,8 @@ struct Sm90Mainloop {
   static constexpr bool kCausal = kCausal_;
   static constexpr DType kDType = Config::kDType;
   using Turns = std::conditional_t<Config::kPingPong,
-                                   PingPongTurns<Config::kConsumerWarpgroups, Config::kFirstTurn>,
+                                   PingPongTurns<Config::kConsumerWarpgroups,
+                                                 kSm90FirstTurn<Config, Layout>>,
                                    NoTurns>;
 
   // The KV blocks `tile`'s rows visit (packed: of those, the tile's split).

@@ -159,15 +159,10 @@ struct Sm90TileConfig {
   static_assert(!kStepPairs || !kSoftmaxAfterPv, "kStepPairs: the unmasked steps' own loop");
   static_assert(!kStepPairs || kPvWaitAfterSoftmax,
                 "kStepPairs: with kPvWaitAfterSoftmax, or ptxas may wait before the exponentials");
-  // The other consumers' turns stand in for their waits only where turns go round and the
-  // leader, the consumer of each KV step's first turn, computes on every block another consumer
-  // computes on (the kernels that take it: consumer_overlap.cuh). Consumer 0 where every consumer
-  // walks the same blocks; the last on rows that pass dead blocks: under a causal mask the tile's
-  // last rows see the most keys, so its slab passes the fewest (sm90_dead_blocks).
+  // The other consumers' turns stand in for their waits only where turns go round (the leader
+  // and the kernels that take it: consumer_overlap.cuh).
   static constexpr bool kLeaderWaitsKv = kRow.has(Sm90Switch::kLeaderWaitsKv);
   static_assert(!kLeaderWaitsKv || kPingPong, "kLeaderWaitsKv: on rows with ping-pong turns");
-  static constexpr int kFirstTurn =
-      kLeaderWaitsKv && kSkipsDeadBlocks ? kConsumerWarpgroups - 1 : 0;
   // Chunks of row 0 whose exponentials come before row 1's max (softmax.cuh); 0: none. Four
   // chunks (8 exponentials) start the MUFU pipe before row 1's FMNMX, the one count measured. Not
   // in packed tiles (the decode kernel's too): the d256 packed kernel spilled 20 bytes with it.
