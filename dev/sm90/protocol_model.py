@@ -442,12 +442,12 @@ class Cta:
         self.k_empty[s].arrive(WARPGROUP_THREADS)
         if count - dead == 1:
             self.release_q_after_last_qk()
+        leads = c == self.leader
         for step in range(dead + 1, count):
             prev = ring.copy()
             ring.advance()
             s, ps = ring.stage, prev.stage
             v_ready = lambda ps=ps, ph=prev.phase: self.pv_full(ps).passed(ph)
-            leads = c == self.leader
             if leads or not self.leader_waits:
                 yield lambda s=s, ph=ring.phase: self.k_full[s].passed(ph)
             if not self.leader_waits:
@@ -530,6 +530,11 @@ def random_dead_blocks(rng, count, consumers):
 
 
 TILE_STEPS = (0, 0, 1, 2, 3, 5)  # KV steps a tile may have, drawn evenly
+# The dead-block mutant (consumer 0 leading while it passes dead blocks) fails only where another
+# consumer's read beats the block's landing within a few of the model's moves: long tiles, and
+# this many times the interleavings (1 in 300-1500 caught it in trials with TILE_STEPS).
+DEAD_MUTANT_STEPS = (3, 5)
+DEAD_MUTANT_RUN_FACTOR = 5
 
 
 def random_tiles(rng, persistent, consumers=2, dead_blocks=False, steps=TILE_STEPS):
@@ -640,10 +645,9 @@ def main():
                          ping_pong=False, leader_waits=True, consumers=3):
         return 1
     # Consumer 0 leading where it passes dead blocks: its waits for them come after its turns.
-    # Another consumer's read then has to come before the block lands, within a few of the
-    # model's moves: long tiles and more interleavings (1 in 300-1500 caught it in trials).
-    if not mutant_caught("consumer 0 alone waiting, passing dead blocks", 5 * runs, dead_rng,
-                         dead_blocks=True, steps=(3, 5), leader_waits=True, consumers=3):
+    if not mutant_caught("consumer 0 alone waiting, passing dead blocks",
+                         DEAD_MUTANT_RUN_FACTOR * runs, dead_rng, dead_blocks=True,
+                         steps=DEAD_MUTANT_STEPS, leader_waits=True, consumers=3):
         return 1
     return 0
 

@@ -101,10 +101,6 @@ def step_loop(instructions):
     return min(with_steps, key=lambda loop: (len(loop[0]) / loop[1], len(loop[0])))
 
 
-def positions(body, family):
-    return [i for i, (_, text) in enumerate(body) if opcode(text) == family]
-
-
 def positions(body, prefix):
     """Positions in the step of the instructions whose opcode, predicate dropped, starts so."""
     return [i for i, (_, text) in enumerate(body) if PREDICATE.sub("", text).startswith(prefix)]

@@ -79,7 +79,7 @@ enum class Sm90Switch : unsigned {
   // In the KV steps only the leader waits for the pipelines, for the step's K before its turn and
   // for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a step
   // follow the leader's (FA3's ping-pong step). Rows with turns; the leader is consumer 0, or on
-  // rows with kSkipDeadBlocks the last consumer, which passes the fewest blocks (tile_config.h).
+  // rows with kSkipDeadBlocks the last consumer, which passes the fewest blocks (kSm90FirstTurn).
   // The dense layout's unpacked tiles only, the ones timed (consumer_overlap.cuh). FlashCore / FA3
   // over the configs of the rows that take it, against without: d128 +0.8% / +1.5% (2k causal +0.8%
   // / +2.7%), d256 +0.1% / +0.3% in two runs; with both waits before the leader's turn +0.2%
