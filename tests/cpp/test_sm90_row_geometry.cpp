@@ -203,7 +203,7 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(sm90_kernel_head_dim(96), 128);
   for (bool causal : {false, true}) {
     EXPECT_EQ(sm90_row_count(128, causal, 1), 2);  // n128 up to 2k, n192 above
-    EXPECT_EQ(sm90_row_count(256, causal, 1), 1);
+    EXPECT_EQ(sm90_row_count(256, causal, 1), causal ? 1 : 2);  // non-causal: turns up to 2k
     EXPECT_EQ(sm90_row_count(64, causal, 1), 3);  // n128 up to 512 and 2k, n160 above
   }
   // FP8 d64 has rows of its own on d128 tiles (128-byte rows of zero-filled columns), computing
@@ -251,8 +251,15 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   EXPECT_EQ(D128Long::kConsumerRegisters, 232);
   EXPECT_EQ(D128Long::kPersistentOStaging, Sm90OStaging::kOwnBuffer);
   EXPECT_LE(D128Long::kSmemBytes, D128Long::kMaxSmemBytes);
-  // Neither takes ping-pong turns; the 16-bit rows all do.
-  static_assert(!D128::kPingPong && !D256::kPingPong);
+  // d128 takes no ping-pong turns; d256 causal takes them where its leader waits (the dense
+  // layout's unpacked tiles: consumer_overlap.cuh), as does d256 non-causal up to 2k only. The
+  // 16-bit rows all take them.
+  static_assert(!D128::kPingPong && !D128::kTurnsWhereLeaderWaits);
+  static_assert(D256::kPingPong && D256::kLeaderWaitsKv && D256::kTurnsWhereLeaderWaits);
+  using D256Short = Sm90TableConfig<256, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  using D256Long = Sm90TableConfig<256, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
+  static_assert(D256Short::kRow.max_seqlen_q == 2048 && D256Short::kTurnsWhereLeaderWaits);
+  static_assert(!D256Long::kPingPong && !D256Long::kTurnsWhereLeaderWaits);
   // The 16-bit configurations are what they were: no V^T, the same barriers.
   using Bf16 = Sm90TableConfig<128, false, 0, DType::kBFloat16>;
   static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0 && Bf16::kPingPong);

@@ -74,6 +74,12 @@ template <class Config, class Layout>
 inline constexpr bool kSm90LeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
                                          std::is_same_v<Layout, Sm90DenseLayout>;
 
+// Whether the consumers take ping-pong turns: the row's choice, only where the leader waits on
+// rows with Config::kTurnsWhereLeaderWaits.
+template <class Config, class Layout>
+inline constexpr bool kSm90TakesTurns =
+    Config::kPingPong && (!Config::kTurnsWhereLeaderWaits || kSm90LeaderWaits<Config, Layout>);
+
 // The consumer of each KV step's first turn, the leader where kSm90LeaderWaits. The leader must
 // compute on every block another consumer computes on (a block it passes as dead it waits for only
 // after its turn, sm90_pass_dead_blocks): consumer 0 where every consumer walks the same blocks,

@@ -27,7 +27,7 @@ struct Sm90Mainloop {
   using Layout = Layout_;
   static constexpr bool kCausal = kCausal_;
   static constexpr DType kDType = Config::kDType;
-  using Turns = std::conditional_t<Config::kPingPong,
+  using Turns = std::conditional_t<kSm90TakesTurns<Config, Layout>,
                                    PingPongTurns<Config::kConsumerWarpgroups,
                                                  kSm90FirstTurn<Config, Layout>>,
                                    NoTurns>;

@@ -163,6 +163,9 @@ struct Sm90TileConfig {
   // and the kernels that take it: consumer_overlap.cuh).
   static constexpr bool kLeaderWaitsKv = kRow.has(Sm90Switch::kLeaderWaitsKv);
   static_assert(!kLeaderWaitsKv || kPingPong, "kLeaderWaitsKv: on rows with ping-pong turns");
+  static constexpr bool kTurnsWhereLeaderWaits = kRow.has(Sm90Switch::kTurnsWhereLeaderWaits);
+  static_assert(!kTurnsWhereLeaderWaits || kLeaderWaitsKv,
+                "kTurnsWhereLeaderWaits: on rows with kLeaderWaitsKv");
   // Chunks of row 0 whose exponentials come before row 1's max (softmax.cuh); 0: none. Four
   // chunks (8 exponentials) start the MUFU pipe before row 1's FMNMX, the one count measured. Not
   // in packed tiles (the decode kernel's too): the d256 packed kernel spilled 20 bytes with it.

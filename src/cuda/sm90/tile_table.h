@@ -90,6 +90,14 @@ enum class Sm90Switch : unsigned {
   // its LLM shapes up to 1.023x; the d64 causal rows 0.996-1.007x, and keep every consumer's waits
   // (run 311).
   kLeaderWaitsKv = 1u << 14,
+  // Ping-pong turns only in the kernels where the leader waits (kSm90LeaderWaits: the dense
+  // layout's unpacked tiles); the serving layouts' and the packed tiles' consumers issue without
+  // turns. Needs kLeaderWaitsKv. FlashCore / FA3 on the fp8 d256 rows with turns and the
+  // leader's waits, against neither: the grid's 512-2k configs 1.016-1.061x (2k causal 1.023 /
+  // 0.988 in two runs), the causal 4k-16k 1.001-1.016x, non-causal 8k / 16k 0.975x (so that row
+  // keeps none); with every consumer's waits, as the serving kernels would take them, the dense
+  // configs 0.980-1.025x and the serving calls 0.3-0.6% slower (docs/kernels.md, runs 315-316).
+  kTurnsWhereLeaderWaits = 1u << 15,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -158,6 +166,7 @@ constexpr Sm90Switch kLateWait = Sm90Switch::kPvWaitAfterSoftmax;
 constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
 constexpr Sm90Switch kRow0First = Sm90Switch::kRow0ExpFirst;
 constexpr Sm90Switch kLeaderWaits = Sm90Switch::kLeaderWaitsKv;
+constexpr Sm90Switch kLeaderTurns = Sm90Switch::kTurnsWhereLeaderWaits;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -260,7 +269,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              largest P is no longer exactly 256: run 257), so that row stays eager; causal
     //              d128, d64 and d256 ran -4..+2% and stay eager too
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
-    //   153); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d256 with
+    //   153; d128 with turns and the leader's waits 0.963-0.999x, run 315), but d256 up to 2k
+    //   and causal, which take them where the leader waits (kLeaderTurns, runs 315-316); d128 /
+    //   d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d256 with
     //   1 in 16 1.008-1.011x over 1k-16k in two runs, none 0.969x, d128 with 1 in 16 1.001x,
     //   none 0.988x (runs 255-256); d128 n224
     //   against n192: 0.952x at 24 / 240 registers (the producer spills), 0.972x at 40 / 232,
@@ -299,13 +310,17 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
+    { 256, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+       sm90_table::kWarpMask | sm90_table::kLoneWait | sm90_table::kTotalsUnderPv |
+       sm90_table::kStepDesc | sm90_table::kLeaderWaits | sm90_table::kLeaderTurns,
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kWarpMask | sm90_table::kNoPingPong |
-       sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
+       sm90_table::kWarpMask | sm90_table::kLoneWait | sm90_table::kTotalsUnderPv |
+       sm90_table::kStepDesc | sm90_table::kLeaderWaits | sm90_table::kLeaderTurns,
        /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
     // clang-format on
 };
