@@ -94,9 +94,10 @@ enum class Sm90Switch : unsigned {
   // layout's unpacked tiles); the serving layouts' and the packed tiles' consumers issue without
   // turns. Needs kLeaderWaitsKv. FlashCore / FA3 on the fp8 d256 rows with turns and the
   // leader's waits, against neither: the grid's 512-2k configs 1.016-1.061x (2k causal 1.023 /
-  // 0.988 in two runs), the causal 4k-16k 1.001-1.016x, non-causal 8k / 16k 0.975x (so that row
-  // keeps none); with every consumer's waits, as the serving kernels would take them, the dense
-  // configs 0.980-1.025x and the serving calls 0.3-0.6% slower (docs/kernels.md, runs 315-316).
+  // 0.988 in two runs; 1.005-1.030x in a third), the causal 4k-16k 1.001-1.016x, non-causal 8k
+  // / 16k 0.975x (so that row keeps none); with every consumer's waits, as the serving kernels
+  // would take them, the dense configs 0.980-1.025x and the serving calls 0.3-0.6% slower
+  // (docs/kernels.md, runs 315-318).
   kTurnsWhereLeaderWaits = 1u << 15,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
@@ -208,7 +209,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
     // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
     // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
-    // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there).
+    // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there;
+    // led by the last consumer, 1k / 2k 0.959-1.017x, run 314).
     // At 8 MiB sections the 16-head calls ran 1-4% slower under ncu: theirs held a head or two,
     // fewer tiles than SMs (docs/kernels.md, runs 231-234). A chunked prefill's tiles are about
     // as long as one another, so their waves count (wave_peer.h, sm90_causal_tiles_even): the
@@ -269,8 +271,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              largest P is no longer exactly 256: run 257), so that row stays eager; causal
     //              d128, d64 and d256 ran -4..+2% and stay eager too
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
-    //   153; d128 with turns and the leader's waits 0.963-0.999x, run 315), but d256 up to 2k
-    //   and causal, which take them where the leader waits (kLeaderTurns, runs 315-316); d128 /
+    //   153; d128 with turns and the leader's waits 0.958-1.004x, run 315), but d256 up to 2k
+    //   and causal, which take them where the leader waits (kLeaderTurns, runs 315-318); d128 /
     //   d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d256 with
     //   1 in 16 1.008-1.011x over 1k-16k in two runs, none 0.969x, d128 with 1 in 16 1.001x,
     //   none 0.988x (runs 255-256); d128 n224
