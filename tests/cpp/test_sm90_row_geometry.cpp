@@ -259,6 +259,8 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   using D256Short = Sm90TableConfig<256, false, 0, DType::kFloat8E4M3, false, DType::kBFloat16>;
   using D256Long = Sm90TableConfig<256, false, 1, DType::kFloat8E4M3, false, DType::kBFloat16>;
   static_assert(D256Short::kRow.max_seqlen_q == 2048 && D256Short::kTurnsWhereLeaderWaits);
+  // Its serving kernels would be the next row's (no turns where no leader waits): dense only.
+  static_assert(D256Short::kRow.dense_only && !D256Long::kRow.dense_only);
   static_assert(!D256Long::kPingPong && !D256Long::kTurnsWhereLeaderWaits);
   // The 16-bit configurations are what they were: no V^T, the same barriers.
   using Bf16 = Sm90TableConfig<128, false, 0, DType::kBFloat16>;

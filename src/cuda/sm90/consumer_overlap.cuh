@@ -74,8 +74,8 @@ template <class Config, class Layout>
 inline constexpr bool kSm90LeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
                                          std::is_same_v<Layout, Sm90DenseLayout>;
 
-// Whether the consumers take ping-pong turns: the row's choice, only where the leader waits on
-// rows with Config::kTurnsWhereLeaderWaits.
+// Whether the consumers take ping-pong turns: the row's choice (Config::kPingPong), and on rows
+// with Config::kTurnsWhereLeaderWaits only in the kernels where the leader waits.
 template <class Config, class Layout>
 inline constexpr bool kSm90TakesTurns =
     Config::kPingPong && (!Config::kTurnsWhereLeaderWaits || kSm90LeaderWaits<Config, Layout>);

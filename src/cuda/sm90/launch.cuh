@@ -234,23 +234,14 @@ void run_sm90_forward_configured(const AttentionParams& params) {
   }
 }
 
-// Row kRow of the tuning table for (kHeadDim, kCausal) if seqlen_q (the longest sequence's)
-// falls in its bucket, else the next row; or that row's wave peer where its tiles end sooner
-// (wave_peer.h). Each row is one kernel instantiation per layout in the instance's translation
-// unit (a wave peer is an earlier row: no kernel of its own).
+// Row kRow of the tuning table for (kHeadDim, kCausal), or its wave peer where its tiles end
+// sooner (wave_peer.h). Each row is one kernel instantiation per layout in the instance's
+// translation unit (a wave peer is an earlier row: no kernel of its own).
 // kOutDType: out's dtype (the input dtype, except for fp8 inputs); kComputedHeadDim: the
 // head_dim columns the GEMMs compute (Sm90TileConfig; 0: all).
-template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
-          DType kOutDType = kDType, int kComputedHeadDim = 0>
-void run_sm90_forward_from_row(const AttentionParams& params) {
-  constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
-  if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
-    if (params.seqlen_q > sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes).max_seqlen_q) {
-      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType,
-                                kComputedHeadDim>(params);
-      return;
-    }
-  }
+template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow, DType kOutDType,
+          int kComputedHeadDim>
+void run_sm90_forward_row(const AttentionParams& params) {
   using Config = Sm90TableConfig<kHeadDim, kCausal, kRow, kDType, /*kPacksGroups=*/false,
                                  kOutDType, kComputedHeadDim>;
   // Dense calls only: a ragged batch's tile count (every sequence at the longest's length) says
@@ -276,6 +267,28 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
     }
   }
   run_sm90_forward_configured<Config, kCausal, Layout>(params);
+}
+
+// The first row from kRow on whose bucket holds seqlen_q (the longest sequence's), passing the
+// dense-only rows in the serving layouts (their kernels there would repeat the next row's).
+template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
+          DType kOutDType = kDType, int kComputedHeadDim = 0>
+void run_sm90_forward_from_row(const AttentionParams& params) {
+  constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
+  constexpr Sm90TuningRow kBucket = sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes);
+  constexpr bool kPassed = kBucket.dense_only && !std::is_same_v<Layout, Sm90DenseLayout>;
+  // The last row holds every length and is never dense-only (sm90_rows_ordered).
+  if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
+    if (kPassed || params.seqlen_q > kBucket.max_seqlen_q) {
+      run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType,
+                                kComputedHeadDim>(params);
+      return;
+    }
+  }
+  if constexpr (!kPassed) {
+    run_sm90_forward_row<kDType, kHeadDim, kCausal, Layout, kRow, kOutDType, kComputedHeadDim>(
+        params);
+  }
 }
 
 // Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built

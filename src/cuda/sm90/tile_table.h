@@ -137,6 +137,10 @@ struct Sm90TuningRow {
   // The peer's time per query row over this row's when both fill every SM, in percent: what
   // shorter tiles cost in the steady state (more tile boundaries, no cluster), measured.
   int wave_peer_cost_pct = 100;
+  // Dense calls only: the serving layouts' calls of this bucket run the next row, whose serving
+  // kernels this row's would repeat (its switches differing only in the dense kernels', e.g.
+  // kTurnsWhereLeaderWaits), so they are not built twice. Never the last row.
+  bool dense_only = false;
 
   constexpr bool has(Sm90Switch flag) const {
     return (static_cast<unsigned>(switches) & static_cast<unsigned>(flag)) != 0;
@@ -315,7 +319,8 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     { 256, false,  2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kLoneWait | sm90_table::kTotalsUnderPv |
        sm90_table::kStepDesc | sm90_table::kLeaderWaits | sm90_table::kLeaderTurns,
-       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
+       /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16, /*wave_peer=*/-1,
+       /*wave_peer_cost_pct=*/100, /*dense_only=*/true},
     { 256, false,  kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
@@ -357,8 +362,8 @@ constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input
     for (bool causal : {false, true}) {
       const int rows = sm90_row_count(head_dim, causal, input_bytes);
       if (rows == 0 || rows > kSm90MaxRowsPerMask) return false;
-      if (sm90_tuning_row(head_dim, causal, rows - 1, input_bytes).max_seqlen_q != kAnySeqlen)
-        return false;
+      const Sm90TuningRow last = sm90_tuning_row(head_dim, causal, rows - 1, input_bytes);
+      if (last.max_seqlen_q != kAnySeqlen || last.dense_only) return false;
       for (int i = 1; i < rows; ++i)
         if (sm90_tuning_row(head_dim, causal, i - 1, input_bytes).max_seqlen_q >=
             sm90_tuning_row(head_dim, causal, i, input_bytes).max_seqlen_q)
@@ -369,7 +374,7 @@ constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input
 }
 static_assert(sm90_rows_ordered({64, 128, 256}, 2) && sm90_rows_ordered({64, 128, 256}, 1),
               "kSm90TuningTable: 1-4 rows per (head_dim, causal, input bytes), ascending "
-              "max_seqlen_q, the last one kAnySeqlen");
+              "max_seqlen_q, the last one kAnySeqlen and not dense_only");
 
 // A wave peer is an earlier row of the same (head_dim, mask, input bytes) with fewer consumers,
 // both persistent (wave_peer.h counts waves over one CTA an SM), at a cost of at least the
