@@ -52,8 +52,11 @@ enum class Sm90Switch : unsigned {
   // The wgmma shared-memory descriptors of a tile's k-steps as the tile's base descriptor plus a
   // constant, one add a wgmma, instead of each encoded from its address (smem_descriptor.cuh):
   // 5-16% fewer instructions a KV step. On the 16-bit non-causal rows 1.002-1.015x, on the fp8
-  // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it and keep
-  // the encoded descriptors (docs/kernels.md, runs 177-180).
+  // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it (runs
+  // 177-180), and those up to 2k keep the encoded descriptors. The d128 causal row above 2k
+  // (three consumers) takes it, and the d256 causal row: 0.999x / 1.005x over the grid's d256
+  // causal configs and 1.014x / 1.009x on the Gemma-like 8k in two H200 runs (docs/kernels.md,
+  // runs 320 and 322; 0.964x there in run 248 on the H100, before its leader's waits).
   kStepDescriptors = 1u << 10,
   // A consumer's wait for its own P V after the softmax's last exponential (consumer_overlap.cuh),
   // where ptxas would put it after about a third of them. The fp8 d64 rows of 160 keys ran
@@ -74,7 +77,8 @@ enum class Sm90Switch : unsigned {
   // FA3's step (in the d256 step 41 instructions after the first FMNMX; 70, after both rows'
   // maxima, without). The 16-bit d256 rows ran 1.007x / 1.009x with it over 512-16k in two runs;
   // the 16-bit d64 rows 0.966-1.014x, the d128 rows 0.968-1.045x, the d128 causal rows alone
-  // 0.984x (docs/kernels.md, runs 299-301).
+  // 0.984x; the fp8 d128 and d256 rows 0.984x (d128 non-causal above 2k 0.920-0.946x)
+  // (docs/kernels.md, runs 299-301 and 319).
   kRow0ExpFirst = 1u << 13,
   // In the KV steps only the leader waits for the pipelines, for the step's K before its turn and
   // for the previous block's V in its turn after the S = Q K^T issue; the others' turns of a step
@@ -238,7 +242,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kRow0First | sm90_table::kLeaderWaits},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, 16,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kRow0First |
-       sm90_table::kLeaderWaits},
+       sm90_table::kStepDesc | sm90_table::kLeaderWaits},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
     // producer warpgroup; rows for the computed head_dim only, so d64's are half as many);
@@ -275,17 +279,17 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              largest P is no longer exactly 256: run 257), so that row stays eager; causal
     //              d128, d64 and d256 ran -4..+2% and stay eager too
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
-    //   153; d128 with turns and the leader's waits 0.958-1.004x, run 315), but d256 up to 2k
-    //   and causal, which take them where the leader waits (kLeaderTurns, runs 315-318); d128 /
-    //   d256 with 1 exponential in 8 on the FMA pipe: +3% (run 126); d256 with
-    //   1 in 16 1.008-1.011x over 1k-16k in two runs, none 0.969x, d128 with 1 in 16 1.001x,
-    //   none 0.988x (runs 255-256); d128 n224
-    //   against n192: 0.952x at 24 / 240 registers (the producer spills), 0.972x at 40 / 232,
-    //   where nothing spills (runs 183-184; 0.77x in run 119). In d256 only the storing
-    //   thread waits for the O store's read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which
-    //   take turns, ran their causal configs 0.98x with it; runs 146 and 148). In d256 the row
-    //   totals go under the tile's last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config
-    //   1.006x or more (run 176; the 16-bit d256 rows 0.996x).
+    //   153; d128 with turns and the leader's waits 0.958-1.004x, run 315, d64 0.910-0.984x,
+    //   run 319), but d256 up to 2k and causal, which take them where the leader waits
+    //   (kLeaderTurns, runs 315-318); d128 / d256 with 1 exponential in 8 on the FMA pipe: +3%
+    //   (run 126); d256 with 1 in 16 1.008-1.011x over 1k-16k in two runs, none 0.969x, d128
+    //   with 1 in 16 1.001x, none 0.988x (runs 255-256); d128 n224 against n192: 0.952x at 24 /
+    //   240 registers (the producer spills), 0.972x at 40 / 232, where nothing spills (runs
+    //   183-184; 0.77x in run 119). In d256 only the storing thread waits for the O store's
+    //   read (kLoneWait): 1.02-1.04x (the 16-bit d256 rows, which take turns, ran their causal
+    //   configs 0.98x with it; runs 146 and 148). In d256 the row totals go under the tile's
+    //   last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config 1.006x or more (run 176;
+    //   the 16-bit d256 rows 0.996x).
     {  64, false,  512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1},
