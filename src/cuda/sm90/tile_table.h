@@ -53,10 +53,11 @@ enum class Sm90Switch : unsigned {
   // constant, one add a wgmma, instead of each encoded from its address (smem_descriptor.cuh):
   // 5-16% fewer instructions a KV step. On the 16-bit non-causal rows 1.002-1.015x, on the fp8
   // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it (runs
-  // 177-180), and those up to 2k keep the encoded descriptors. The d128 causal row above 2k
-  // (three consumers) takes it, and the d256 causal row: 0.999x / 1.005x over the grid's d256
-  // causal configs and 1.014x / 1.009x on the Gemma-like 8k in two H200 runs (docs/kernels.md,
-  // runs 320 and 322; 0.964x there in run 248 on the H100, before its leader's waits).
+  // 177-180): the d64 causal rows and the d128 causal rows up to 2k keep the encoded ones. The
+  // d128 causal row above 2k (three consumers) takes it, and the d256 causal row: 0.999x / 1.005x
+  // over the grid's d256 causal configs and 1.014x / 1.009x on the Gemma-like 8k in two H200
+  // runs (docs/kernels.md, runs 320 and 322; 0.964x there in run 248 on the H100, before its
+  // leader's waits).
   kStepDescriptors = 1u << 10,
   // A consumer's wait for its own P V after the softmax's last exponential (consumer_overlap.cuh),
   // where ptxas would put it after about a third of them. The fp8 d64 rows of 160 keys ran
