@@ -291,7 +291,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   configs 0.98x with it; runs 146 and 148). In d256 the row totals go under the tile's
     //   last P V (kTotalsUnderPv): 1.029x over 1k-16k, every config 1.006x or more (run 176;
     //   the 16-bit d256 rows 0.996x). So they do in d128 but on the lazy non-causal row above
-    //   2k: 512-2k 1.017-1.071x, causal 4k-16k 1.002-1.024x; the lazy row ran 0.968-0.984x with
+    //   2k: 512-2k 1.015-1.071x, causal 4k-16k 1.002-1.024x; the lazy row ran 0.968-0.984x with
     //   them and d64 0.980-1.013x (runs 325-326).
     {  64, false,  512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
