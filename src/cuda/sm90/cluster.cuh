@@ -46,8 +46,7 @@ namespace flashcore::detail {
 // unpacked kernels, else one (the serving layouts and packed tiles run the row unclustered).
 template <class Config, class Layout>
 struct Sm90ClusterShape {
-  static constexpr bool kEligible =
-      std::is_same_v<Layout, Sm90DenseLayout> && !Config::kPacksGroups;
+  static constexpr bool kEligible = kSm90IsDenseLayout<Layout> && !Config::kPacksGroups;
   static constexpr int kSize = kEligible ? Config::kRow.cluster_m : 1;
   static constexpr bool kClustered = kSize > 1;
   // Rows of each K/V block that one CTA loads for the cluster.

@@ -71,8 +71,8 @@ constexpr uint32_t kTurnBarrierThreads = 256;
 // the switch (the serving causal steps inside the consumers), and a gathered block's proxy fence
 // after the waits is each reading thread's own.
 template <class Config, class Layout>
-inline constexpr bool kSm90LeaderWaits = Config::kLeaderWaitsKv && !Config::kPacksGroups &&
-                                         std::is_same_v<Layout, Sm90DenseLayout>;
+inline constexpr bool kSm90LeaderWaits =
+    Config::kLeaderWaitsKv && !Config::kPacksGroups && kSm90IsDenseLayout<Layout>;
 
 // Whether the consumers take ping-pong turns: the row's choice (Config::kPingPong), and on rows
 // with Config::kTurnsWhereLeaderWaits only in the kernels where the leader waits.

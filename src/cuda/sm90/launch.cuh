@@ -247,7 +247,7 @@ void run_sm90_forward_row(const AttentionParams& params) {
   // Dense calls only: a ragged batch's tile count (every sequence at the longest's length) says
   // little about its waves.
   constexpr int kWavePeer = Config::kRow.wave_peer;
-  if constexpr (kWavePeer >= 0 && std::is_same_v<Layout, Sm90DenseLayout>) {
+  if constexpr (kWavePeer >= 0 && kSm90IsDenseLayout<Layout>) {
     using Peer = Sm90TableConfig<kHeadDim, kCausal, kWavePeer, kDType, /*kPacksGroups=*/false,
                                  kOutDType, kComputedHeadDim>;
     if (sm90_wave_peers_enabled() &&
@@ -276,7 +276,7 @@ template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
 void run_sm90_forward_from_row(const AttentionParams& params) {
   constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
   constexpr Sm90TuningRow kBucket = sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes);
-  constexpr bool kPassed = kBucket.dense_only && !std::is_same_v<Layout, Sm90DenseLayout>;
+  constexpr bool kPassed = kBucket.dense_only && !kSm90IsDenseLayout<Layout>;
   // The last row holds every length and is never dense-only (sm90_rows_ordered).
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
     if (kPassed || params.seqlen_q > kBucket.max_seqlen_q) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/params.h"
 #include "cuda/sm90/tensor_map.h"
@@ -109,6 +110,11 @@ struct Sm90DenseLayout {
             query_side ? p.heads_q : p.heads_kv, p.batch, row_stride, head_stride, batch_stride};
   }
 };
+
+// The dense layout's kernels: the table's choices tuned on dense calls alone (clusters, the
+// leader's waits, wave peers, dense_only rows) apply in these and nowhere else.
+template <class Layout>
+inline constexpr bool kSm90IsDenseLayout = std::is_same_v<Layout, Sm90DenseLayout>;
 
 // Pages whose TMA boxes would hold fewer rows than this are gathered by the general kernel's
 // producer warp with cp.async: one-row boxes ran at 0.48 TB/s (page 1, H200), 16-row ones at
