@@ -110,6 +110,11 @@ fp8_cases=(
   # d64 past 2048 query rows: 160-key blocks (V^T's second column block holds 32 keys), key tails.
   "--dtype fp8 --batch 1 --seqlen-q 2100 --seqlen-k 2300 --heads-q 4 --heads-kv 2 --head-dim 64 --causal"
   "--dtype fp8 --batch 1 --seqlen-q 2300 --seqlen-k 2100 --heads-q 4 --heads-kv 2 --head-dim 64"
+  # d64 up to 2048 query rows (192-row tiles of 128 keys, two and three stages): the causal
+  # tiles' first slabs before row 0 pass the tile, the upper slabs their dead blocks (kRowless,
+  # kDead); more tiles than SMs at 1030 rows.
+  "--dtype fp8 --batch 2 --seqlen-q 500 --seqlen-k 520 --heads-q 8 --heads-kv 2 --head-dim 64 --causal"
+  "--dtype fp8 --batch 2 --seqlen-q 1030 --seqlen-k 1030 --heads-q 16 --heads-kv 4 --head-dim 64 --causal"
   # d96 on d128 tiles: V^T of 96 rows (column blocks of 12 KB), key and query tails.
   "--dtype fp8 --batch 2 --seqlen-q 257 --seqlen-k 300 --heads-q 8 --heads-kv 2 --head-dim 96 --causal"
   # The serving layouts in fp8: V blocks ending mid-block in rows of anything (the next packed

@@ -261,6 +261,15 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              4k-16k 1.009-1.022x as fast as n128 (run 240; run 159 read +0-2.6%). The P V
     //              wait after the softmax (kLateWait) and the steps in pairs (kPairs): measured
     //              at the switches
+    //        A 192-row tile whose last rows lie past the sequence (non-causal) or whose first
+    //              slabs lie before row 0 (causal: sm90_block_row_begin) leaves consumers without
+    //              rows, and under a causal mask the upper slabs see fewer KV blocks than the
+    //              tile: the rowless consumers pass their tile (kRowless) and the others their
+    //              dead blocks (kDead) without GEMMs. Non-causal 512 / 1k / 2k / 4k 1.052 /
+    //              1.038 / 1.010 / 1.017x as fast with kRowless, 8k / 16k (one partial tile in
+    //              43 / 86) 0.996 / 0.999x; causal with both 512 / 1k / 2k 1.032 / 1.020 /
+    //              1.002x, but the n160 row 4k 0.985x (all three passes slower), 8k / 16k 1.000
+    //              / 0.999x, so it keeps neither (run 329)
     //   d128 n128 up to 2k: Q 16 KB + 2 x (16 + 16 + 16) KB + O staging 32 KB = 144 KB;
     //              registers O 64 + S 64 + P 16 + ~40 = 184 of 232
     //        n192 above 2k: Q 16 KB + 2 x (24 + 24 + 32) KB + O 32 KB = 208 KB (V^T in two
@@ -294,20 +303,21 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //   2k: 512-2k 1.015-1.071x, causal 4k-16k 1.002-1.024x; the lazy row ran 0.968-0.984x with
     //   them and d64 0.980-1.013x (runs 325-326).
     {  64, false,  512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kRowless | sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  2048,       128, 3, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kRowless | sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, false,  kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
-       sm90_table::kLateWait | sm90_table::kPairs, /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kRowless | sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc | sm90_table::kLateWait | sm90_table::kPairs, /*cluster_m=*/1,
+       /*input_bytes=*/1},
     {  64, true,   512,        128, 2, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kDead | sm90_table::kRowless | sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   2048,       128, 3, 3, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc,
-       /*cluster_m=*/1, /*input_bytes=*/1},
+       sm90_table::kDead | sm90_table::kRowless | sm90_table::kUnderQk | sm90_table::kNoPingPong |
+       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1},
     {  64, true,   kAnySeqlen, 160, 2, 3, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kStepDesc |
        sm90_table::kLateWait | sm90_table::kPairs, /*cluster_m=*/1, /*input_bytes=*/1},
