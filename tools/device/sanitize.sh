@@ -107,6 +107,10 @@ fp8_cases=(
   # d128 past 2048 query rows: 192-key blocks, V^T's second column block half used, key tails.
   "--dtype fp8 --batch 1 --seqlen-q 2100 --seqlen-k 2300 --heads-q 4 --heads-kv 2 --head-dim 128 --causal"
   "--dtype fp8 --batch 1 --seqlen-q 2300 --seqlen-k 2100 --heads-q 4 --heads-kv 2 --head-dim 128"
+  # Few queries over many keys (a chunk of a prefill, cross attention): the rows of the long
+  # calls, chosen by the keys a query row sees (sm90_bucket_length), with query and key tails.
+  "--dtype fp8 --batch 2 --seqlen-q 300 --seqlen-k 2000 --heads-q 8 --heads-kv 2 --head-dim 128 --causal"
+  "--dtype fp8 --batch 2 --seqlen-q 200 --seqlen-k 2500 --heads-q 8 --heads-kv 2 --head-dim 64"
   # d64 past 2048 query rows: 160-key blocks (V^T's second column block holds 32 keys), key tails.
   "--dtype fp8 --batch 1 --seqlen-q 2100 --seqlen-k 2300 --heads-q 4 --heads-kv 2 --head-dim 64 --causal"
   "--dtype fp8 --batch 1 --seqlen-q 2300 --seqlen-k 2100 --heads-q 4 --heads-kv 2 --head-dim 64"

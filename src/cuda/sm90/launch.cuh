@@ -269,8 +269,9 @@ void run_sm90_forward_row(const AttentionParams& params) {
   run_sm90_forward_configured<Config, kCausal, Layout>(params);
 }
 
-// The first row from kRow on whose bucket holds seqlen_q (the longest sequence's), passing the
-// dense-only rows in the serving layouts (their kernels there would repeat the next row's).
+// The first row from kRow on whose bucket holds the call's bucket length (sm90_bucket_length of
+// the longest sequences), passing the dense-only rows in the serving layouts (their kernels there
+// would repeat the next row's).
 template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
           DType kOutDType = kDType, int kComputedHeadDim = 0>
 void run_sm90_forward_from_row(const AttentionParams& params) {
@@ -279,7 +280,8 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
   constexpr bool kPassed = kBucket.dense_only && !kSm90IsDenseLayout<Layout>;
   // The last row holds every length and is never dense-only (sm90_rows_ordered).
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
-    if (kPassed || params.seqlen_q > kBucket.max_seqlen_q) {
+    if (kPassed || sm90_bucket_length(params.seqlen_q, params.seqlen_k, kCausal, kBytes) >
+                       kBucket.max_seqlen_q) {
       run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType,
                                 kComputedHeadDim>(params);
       return;
@@ -310,7 +312,7 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
 }
 
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this
-// call's seqlen_q bucket, in the dense layout or the serving one (varlen, kv caches). A head_dim
+// call's length bucket, in the dense layout or the serving one (varlen, kv caches). A head_dim
 // that is not a multiple of 64 (96) runs the next one's kernels (sm90_kernel_head_dim).
 // FP8 (e4m3) inputs: unpacked tiles (packed GQA tiles are 16-bit only), in the dense layout or
 // the serving one, one kernel per output type (fp16, bf16).

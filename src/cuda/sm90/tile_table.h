@@ -1,4 +1,4 @@
-// The Hopper kernel's tuning table: one row per (head_dim, mask, seqlen_q bucket), with every
+// The Hopper kernel's tuning table: one row per (head_dim, mask, length bucket), with every
 // choice the kernel makes named in the row. Nothing else in src/ picks a tile or a switch; the
 // measurements behind each row are in docs/kernels.md ("The tuning table").
 //
@@ -116,7 +116,9 @@ constexpr int kSm90L2SectionMiB = 8;
 struct Sm90TuningRow {
   int head_dim;
   bool causal;
-  int max_seqlen_q;  // the row serves calls with seqlen_q up to this (kAnySeqlen: all)
+  // The row serves calls whose bucket length (sm90_bucket_length: seqlen_q, in fp8 the keys a
+  // query row sees) is up to this (kAnySeqlen: all).
+  int max_seqlen_q;
   int block_n;
   int stages;
   int consumers;  // consumer warpgroups: BLOCK_M = 64 x consumers
@@ -370,6 +372,21 @@ constexpr Sm90TuningRow sm90_tuning_row(int head_dim, bool causal, int index,
   }
   return Sm90TuningRow{0, false, 0, 0, 0, 2, Sm90Scheduling::kOneTilePerCta, kSm90L2SectionMiB,
                        Sm90Switch::kNone};
+}
+
+// The length whose bucket picks a call's row (the first row whose max_seqlen_q holds it). 16-bit
+// rows: seqlen_q, on which their buckets and wave peers were measured. FP8 rows: where a query
+// row sees more keys than seqlen_q (chunked prefill and KV caches, seqlen_q < seqlen_k; cross
+// attention), the square length whose rows see as many on average: 2 seqlen_k - seqlen_q under
+// a causal mask (bottom-right aligned), seqlen_k without. Such calls' tiles are as long as a
+// long square call's, and run its row (the fp8 d128 rows of 192 keys): chunked prefills of 512-2k
+// queries over 4k-16k keys and a 1k x 8k cross attention at d128 1.070-1.095x as fast as on the
+// n128 row up to 2k queries, d64 1.035x, d256 within the noise; a paged cache of 512 queries over
+// 2k-8k keys 1.20x (docs/kernels.md, run 331).
+constexpr int64_t sm90_bucket_length(int seqlen_q, int seqlen_k, bool causal, int input_bytes) {
+  if (input_bytes != 1) return seqlen_q;
+  const int64_t keys = causal ? 2 * int64_t(seqlen_k) - seqlen_q : int64_t(seqlen_k);
+  return keys > seqlen_q ? keys : seqlen_q;
 }
 
 // The rows of every (head_dim, causal) cover all lengths in ascending order: the launcher walks
