@@ -11,7 +11,7 @@
 namespace flashcore::detail {
 namespace {
 
-constexpr int kFp8 = 1, kBf16 = 2;
+constexpr int kFp8 = 1, kBf16 = 2;  // input element bytes, as the table keys its rows
 
 // The row the launcher's walk (launch.cuh, run_sm90_forward_from_row) stops at in the dense
 // layout: the first whose bucket holds the length.
