@@ -348,7 +348,13 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kWarpMask | sm90_table::kNoPingPong |
        sm90_table::kLoneWait | sm90_table::kTotalsUnderPv | sm90_table::kStepDesc,
        /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
-    { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, sm90_table::kL2,
+    // Causal: 16 MiB L2 sections, as the 16-bit d256 causal row. At 8 the section of a chunked
+    // prefill of 2k queries over 8k keys (16 / 8 heads) held 64 tiles of 49-64 KV blocks, fewer
+    // than the SMs, so the last section's longest tiles were among the launch's last claims: at
+    // 16 that chunk ran 1.035-1.046x as fast, 4k over 16k keys 1.015-1.029x, FlashCore / FA3
+    // over the grid's d256 causal configs 0.993 -> 0.999; at 32 the 512 config ran 0.92x
+    // (docs/kernels.md, run 335).
+    { 256, true,   kAnySeqlen, 128, 2, 2, sm90_table::kPers, 16,
        sm90_table::kWarpMask | sm90_table::kLoneWait | sm90_table::kTotalsUnderPv |
        sm90_table::kStepDesc | sm90_table::kLeaderWaits | sm90_table::kLeaderTurns,
        /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/16},
