@@ -289,10 +289,12 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     //              warp moved, 1.03-1.04x as fast at 4k-16k (run 253). Up to 2k it gained 1.01x
     //              and raised the 1k config's worst out error from 1.17x FA3's to 1.32x (the
     //              largest P is no longer exactly 256: run 257), so that row stays eager. The
-    //              causal row above 2k is lazy too, with its row totals under the last P V:
+    //              causal rows are lazy, with their row totals under the last P V: above 2k
     //              8k-16k 1.014-1.024x, Llama-3-8B 8k-32k 1.018-1.020x, chunked prefills
     //              1.007-1.028x in two runs (without the totals under P V 0.97-1.01x: runs
-    //              334-335); d64 and d256 ran -4..+2% lazy and stay eager
+    //              334-335); up to 2k 512-2k 1.005-1.010x, Llama-3-8B 2k x 8 1.018x, a chunk of
+    //              512 over 1280 keys 1.015x, its worst out error 1.16x FA3's there (1.00x
+    //              eager; run 337). d64 and d256 ran -4..+2% lazy and stay eager
     //   All without ping-pong turns: +0-5% (run 120; at d128 / d256 with turns again 0.997x, run
     //   153; d128 with turns and the leader's waits 0.958-1.004x, run 315, d64 0.910-0.984x,
     //   run 319), but d256 up to 2k and causal, which take them where the leader waits
@@ -333,8 +335,9 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
        sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kNoPingPong | sm90_table::kTotalsUnderPv |
-       sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1, /*fma_exp_period=*/8},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
+       sm90_table::kTotalsUnderPv | sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1,
+       /*fma_exp_period=*/8},
     { 128, true,   kAnySeqlen, 192, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kNoPingPong |
        sm90_table::kTotalsUnderPv | sm90_table::kStepDesc, /*cluster_m=*/1, /*input_bytes=*/1,
