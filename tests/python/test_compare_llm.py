@@ -75,6 +75,18 @@ def test_llm_grid_holds_named_model_shapes():
     assert {1, 4, 8, 32} <= ratios
 
 
+def test_chunk_shapes_file_holds_named_chunked_prefills():
+    """bench/chunk_shapes.txt: every shape a causal chunk of fewer queries than keys, with the
+    Llama-3-8B and Gemma-3-12B heads the results notes name."""
+    configs = compare_grids.shape_file_configs(os.path.join(BENCH, "chunk_shapes.txt"))
+    by_name = {c.name: c for c in configs}
+    assert len(by_name) == len(configs) and all(c.name for c in configs)
+    assert all(c.causal and c.seqlen_q < c.seqlen_k for c in configs)
+    assert by_name["d256-chunk-2k-of-8k"] == Config(1, 2048, 8192, 16, 8, 256, "bf16", True,
+                                                    "d256-chunk-2k-of-8k")
+    assert {(c.heads_q, c.heads_kv, c.head_dim) for c in configs} == {(32, 8, 128), (16, 8, 256)}
+
+
 def test_list_prints_the_llm_grid_without_torch():
     out = subprocess.run([sys.executable, os.path.join(BENCH, "compare.py"), "--list", "--grid",
                           "llm"], capture_output=True, text=True, check=True).stdout.splitlines()
