@@ -153,10 +153,9 @@ TEST(GpuSm90Fp8LazyMax, ScoresRisingAlongTheWalk) {
   int lazy_rows_run = 0;
   for (bool causal : {false, true}) {
     for (int seqlen : {1100, 2300, 4100}) {
-      // The row a square call of this length runs (its bucket: seqlen_q), if it is lazy.
-      int index = 0;
-      while (detail::sm90_tuning_row(kD, causal, index, 1).max_seqlen_q < seqlen) ++index;
-      const detail::Sm90TuningRow row = detail::sm90_tuning_row(kD, causal, index, 1);
+      // The row a square call of this length runs (its bucket length: seqlen_q), if it is lazy.
+      const detail::Sm90TuningRow row =
+          detail::sm90_tuning_row(kD, causal, detail::sm90_bucket_row(kD, causal, 1, seqlen), 1);
       if (!row.has(detail::Sm90Switch::kLazyRescale)) continue;
       const testing::ProblemShape s = fp8_shape(seqlen, seqlen, 4, 2, kD, causal);
       const std::string reason = skip_reason(kD, causal);

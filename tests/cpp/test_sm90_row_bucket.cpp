@@ -13,14 +13,10 @@ namespace {
 
 constexpr int kFp8 = 1, kBf16 = 2;  // input element bytes, as the table keys its rows
 
-// The row the launcher's walk (launch.cuh, run_sm90_forward_from_row) stops at in the dense
-// layout: the first whose bucket holds the length.
+// The row a dense call of these lengths runs (before any wave peer).
 int dense_row(int head_dim, bool causal, int input_bytes, int seqlen_q, int seqlen_k) {
-  const int64_t length = sm90_bucket_length(seqlen_q, seqlen_k, causal, input_bytes);
-  const int rows = sm90_row_count(head_dim, causal, input_bytes);
-  for (int i = 0; i + 1 < rows; ++i)
-    if (length <= sm90_tuning_row(head_dim, causal, i, input_bytes).max_seqlen_q) return i;
-  return rows - 1;
+  return sm90_bucket_row(head_dim, causal, input_bytes,
+                         sm90_bucket_length(seqlen_q, seqlen_k, causal, input_bytes));
 }
 
 TEST(Sm90RowBucket, SixteenBitRowsGoBySeqlenQ) {

@@ -269,21 +269,20 @@ void run_sm90_forward_row(const AttentionParams& params) {
   run_sm90_forward_configured<Config, kCausal, Layout>(params);
 }
 
-// The first row from kRow on whose bucket holds the call's bucket length (sm90_bucket_length of
-// the longest sequences), passing the dense-only rows in the serving layouts (their kernels there
-// would repeat the next row's).
+// The first row from kRow on whose bucket holds `bucket_length` (sm90_bucket_row's test),
+// passing the dense-only rows in the serving layouts (their kernels there would repeat the next
+// row's).
 template <DType kDType, int kHeadDim, bool kCausal, class Layout, int kRow,
           DType kOutDType = kDType, int kComputedHeadDim = 0>
-void run_sm90_forward_from_row(const AttentionParams& params) {
+void run_sm90_forward_from_row(const AttentionParams& params, int64_t bucket_length) {
   constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
   constexpr Sm90TuningRow kBucket = sm90_tuning_row(kHeadDim, kCausal, kRow, kBytes);
   constexpr bool kPassed = kBucket.dense_only && !kSm90IsDenseLayout<Layout>;
   // The last row holds every length and is never dense-only (sm90_rows_ordered).
   if constexpr (kRow + 1 < sm90_row_count(kHeadDim, kCausal, kBytes)) {
-    if (kPassed || sm90_bucket_length(params.seqlen_q, params.seqlen_k, kCausal, kBytes) >
-                       kBucket.max_seqlen_q) {
+    if (kPassed || bucket_length > kBucket.max_seqlen_q) {
       run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, kRow + 1, kOutDType,
-                                kComputedHeadDim>(params);
+                                kComputedHeadDim>(params, bucket_length);
       return;
     }
   }
@@ -291,6 +290,16 @@ void run_sm90_forward_from_row(const AttentionParams& params) {
     run_sm90_forward_row<kDType, kHeadDim, kCausal, Layout, kRow, kOutDType, kComputedHeadDim>(
         params);
   }
+}
+
+// The tile table's row for this call: its bucket length (sm90_bucket_length of the longest
+// sequences), computed once, picks it.
+template <DType kDType, int kHeadDim, bool kCausal, class Layout, DType kOutDType = kDType,
+          int kComputedHeadDim = 0>
+void run_sm90_forward_bucketed(const AttentionParams& params) {
+  constexpr int kBytes = Sm90ElementTraits<kDType>::kBytes;
+  run_sm90_forward_from_row<kDType, kHeadDim, kCausal, Layout, 0, kOutDType, kComputedHeadDim>(
+      params, sm90_bucket_length(params.seqlen_q, params.seqlen_k, kCausal, kBytes));
 }
 
 // Packed GQA tiles (sm90_packs_query_groups): the row sm90_packed_row names, its kernel built
@@ -308,7 +317,7 @@ void run_sm90_forward_in_layout(const AttentionParams& params) {
     run_sm90_forward_packed<kDType, kKernelHeadDim, kCausal, Layout>(params);
     return;
   }
-  run_sm90_forward_from_row<kDType, kKernelHeadDim, kCausal, Layout, 0>(params);
+  run_sm90_forward_bucketed<kDType, kKernelHeadDim, kCausal, Layout>(params);
 }
 
 // The library's entry: packed GQA tiles where they pay, else the tile table's row for this
@@ -327,10 +336,10 @@ void run_sm90_forward_fp8(const AttentionParams& params) {
   constexpr int kRowHeadDim =
       sm90_row_count(kHeadDim, kCausal, Element::kBytes) > 0 ? kHeadDim : kKernelHeadDim;
   if (params.output_dtype() == DType::kFloat16) {
-    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, DType::kFloat16,
+    run_sm90_forward_bucketed<kFp8, kRowHeadDim, kCausal, Layout, DType::kFloat16,
                               kComputedHeadDim>(params);
   } else if (params.output_dtype() == DType::kBFloat16) {
-    run_sm90_forward_from_row<kFp8, kRowHeadDim, kCausal, Layout, 0, DType::kBFloat16,
+    run_sm90_forward_bucketed<kFp8, kRowHeadDim, kCausal, Layout, DType::kBFloat16,
                               kComputedHeadDim>(params);
   } else {
     throw Error("sm90 backend: fp8_e4m3 inputs write out in fp16 or bf16, got out dtype " +

@@ -402,6 +402,17 @@ constexpr int64_t sm90_bucket_length(int seqlen_q, int seqlen_k, bool causal, in
   return keys > seqlen_q ? keys : seqlen_q;
 }
 
+// The index of the row a dense call of this bucket length runs: the first row whose
+// max_seqlen_q holds it, the last one holding every length (sm90_rows_ordered). The launcher
+// walks the rows with the same test (launch.cuh, run_sm90_forward_from_row), passing the
+// dense-only rows in the serving layouts; before any wave peer (wave_peer.h).
+constexpr int sm90_bucket_row(int head_dim, bool causal, int input_bytes, int64_t bucket_length) {
+  const int rows = sm90_row_count(head_dim, causal, input_bytes);
+  for (int i = 0; i + 1 < rows; ++i)
+    if (bucket_length <= sm90_tuning_row(head_dim, causal, i, input_bytes).max_seqlen_q) return i;
+  return rows - 1;
+}
+
 // The rows of every (head_dim, causal) cover all lengths in ascending order: the launcher walks
 // them with if constexpr, so a wrong order would silently skip a bucket.
 constexpr bool sm90_rows_ordered(std::initializer_list<int> head_dims, int input_bytes) {
