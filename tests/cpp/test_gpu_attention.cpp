@@ -375,6 +375,56 @@ TEST_P(GpuSm90WavePeers, MatchesReferenceWhereThePeerRuns) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90WavePeers,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
 
+// --- sm90: rows whose producer stores O (tile_table.h kProducerStoresO) ---
+
+// A consumer of such a row stages O in a V stage and hands it to the producer, which stores it
+// before the next tile's V loads there and, after its last loads, the CTA's last tile's
+// (cuda/sm90/producer.cuh). For every such row, in its mask: several tiles a CTA, tiles of fewer
+// KV blocks than consumers (one key: those stores come before Q), a single tile (CTAs without
+// one), a causal first block with a slab before row 0 and a last block with a slab past the
+// sequence (consumers that store nothing), fewer queries than keys and the reverse, GQA, BHSD
+// views and large inputs.
+class GpuSm90ProducerStores : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuSm90ProducerStores, MatchesReferenceAcrossTiles) {
+  std::vector<Sm90Case> cases;
+  for (int head_dim : {64, 128, 256}) {
+    for (bool causal : {false, true}) {
+      int served_above = 0;  // the previous row serves seqlen_q up to this
+      for (int i = 0; i < detail::sm90_row_count(head_dim, causal); ++i) {
+        const detail::Sm90TuningRow row = detail::sm90_tuning_row(head_dim, causal, i);
+        const int first = served_above + 1;
+        served_above = row.max_seqlen_q;
+        if (!row.has(detail::Sm90Switch::kProducerStoresO)) continue;
+        // Query lengths of the row's bucket (seqlen_q picks a 16-bit row), from 100 rows up:
+        // shorter ones with a power-of-two group run packed tiles.
+        const auto in_row = [&](int seqlen_q) {
+          return std::min(std::max(seqlen_q, std::max(first, 100)), row.max_seqlen_q);
+        };
+        const std::vector<Sm90Case> row_cases = {
+            {make_shape(in_row(1000), in_row(1000), 8, 2, causal, 4)},
+            {make_shape(in_row(1050), in_row(1050), 8, 8, causal, 2)},
+            {make_shape(in_row(900), in_row(900), 8, 8, causal, 2)},
+            {make_shape(in_row(2100), 1, 16, 4, causal, 2)},
+            {make_shape(in_row(100), 300, 1, 1, causal)},
+            {make_shape(in_row(777), 2100, 8, 4, causal, 2)},
+            {make_shape(in_row(1033), in_row(1033), 4, 4, causal, 3), Layout::kBHSD},
+            {make_shape(in_row(1100), in_row(1100), 4, 1, causal), Layout::kBSHD, kLargeStddev},
+        };
+        for (Sm90Case c : row_cases) {
+          c.shape.head_dim = head_dim;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  if (cases.empty()) GTEST_SKIP() << "no row of kSm90TuningTable has its producer store O";
+  run_sm90_cases(cases, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GpuSm90ProducerStores,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16), dtype_name);
+
 // --- sm90: the query heads of a KV group packed into one tile's rows ---
 
 // Calls with a power-of-two group (1 included) and seqlen_q <= 64 run packed tiles

@@ -267,12 +267,23 @@ TEST(Sm90Fp8Layout, KernelHeadDimsAndTiles) {
   static_assert(!Bf16::kTransposesV && Bf16::kVtTileBytes == 0 && Bf16::kPingPong);
   EXPECT_EQ(Bf16::kBarrierCount, 2 + 4 * Bf16::kStages + Bf16::kConsumerWarpgroups);
   EXPECT_EQ(Bf16::kOBytes, Bf16::kQBytes);
-  // Both d256 kinds stage O in a V stage; in the FP8 one only the storing thread waits for the
-  // store's read, in the 16-bit one (which takes turns) the whole warpgroup.
+  // Both d256 kinds stage O in a V stage; in the FP8 one only the storing consumer thread waits
+  // for the store's read, in the 16-bit one the producer stores O (the dense kernels; elsewhere
+  // the consumer's whole warpgroup waits), with a store slot per consumer past the tile slot.
   using Bf16D256 = Sm90TableConfig<256, true, 0, DType::kBFloat16>;
+  using Bf16D256Full = Sm90TableConfig<256, false, 0, DType::kBFloat16>;
   EXPECT_EQ(Bf16D256::kPersistentOStaging, Sm90OStaging::kVRing);
   static_assert(D256::kLoneStoreWait && !Bf16D256::kLoneStoreWait);
-  static_assert(!D128::kLoneStoreWait);  // O in a buffer of its own: no o_free
+  static_assert(!D256::kProducerStoresO && D256::kOStoreSlotsBytes == 0);
+  static_assert(Bf16D256::kProducerStoresO && Bf16D256Full::kProducerStoresO);
+  EXPECT_EQ(Bf16D256::kOStoreSlotsBytes, 2 * kSm90OStoreSlotBytes);
+  EXPECT_EQ(Bf16D256::kBarrierBytes,
+            8 * Bf16D256::kBarrierCount + kSm90TileSlotBytes + 2 * kSm90OStoreSlotBytes);
+  EXPECT_LE(Bf16D256::kSmemBytes, Bf16D256::kMaxSmemBytes);
+  // Packed (decode) tiles have no slot to describe their stores: the consumer stores.
+  using Bf16D256Packed = Sm90TableConfig<256, true, 0, DType::kBFloat16, true>;
+  static_assert(!Bf16D256Packed::kProducerStoresO);
+  static_assert(!D128::kLoneStoreWait && !D128::kProducerStoresO);  // O in a buffer of its own
   // The transposer's words: vt_full, v_raw_empty and v_keys per stage, and the stop word.
   EXPECT_EQ(D256::kBarrierCount,
             2 + 4 * D256::kStages + D256::kConsumerWarpgroups + 3 * D256::kStages + 1);

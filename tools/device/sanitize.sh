@@ -40,9 +40,12 @@ cases=(
   # d128 non-causal above 1k (three consumers); 1030 = 5 x 192 + 70 leaves the last tile's third
   # consumer without a row (sm90_pass_tile_overlapped), as 700 does for d64 above.
   "--batch 1 --seqlen-q 1030 --seqlen-k 1030 --heads-q 32 --heads-kv 8 --head-dim 128"
-  # d256 stages O in the V ring across tiles; rows 0-49 see no key and rows 50-127 one KV tile,
-  # so some tiles have fewer V loads than consumers (producer.cuh's extra o_free waits).
+  # d256 stages O in the V ring across tiles, and its producer stores it (16-bit rows: the
+  # o_free hand-over and store slots, producer.cuh); rows 0-49 see no key and rows 50-127 one KV
+  # tile, so some tiles have fewer V loads than consumers (those stores come before Q), as every
+  # tile of one key does (256 tiles for 132 CTAs).
   "--batch 2 --seqlen-q 700 --seqlen-k 650 --heads-q 16 --heads-kv 4 --head-dim 256 --causal"
+  "--batch 2 --seqlen-q 1000 --seqlen-k 1 --heads-q 16 --heads-kv 4 --head-dim 256"
   # d64 causal above 1k (three consumers): 1025 = 5 x 192 + 65 puts the first block at row -64,
   # so consumer 0's slab is neither loaded nor stored (sm90_block_row_begin).
   "--batch 1 --seqlen-q 1025 --seqlen-k 1025 --heads-q 8 --heads-kv 2 --head-dim 64 --causal"

@@ -76,6 +76,21 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* barrier, uint
   return done != 0;
 }
 
+// True once the phase with the given parity has completed; never blocks (a probe).
+__device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* barrier, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred ready;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, ready;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(smem_u32(barrier)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* barrier, uint32_t parity) {
   while (!mbarrier_try_wait_parity(barrier, parity)) {
   }

@@ -5,9 +5,11 @@
 // stage: consumer.cuh) in the 128-byte-swizzled column-block layout, then one thread stores it
 // with TMA. Persistent schedulers: staged in the Q slab or a V stage, that thread waits only until
 // the store has read the buffer, and every thread tells the producer it is free (q_empty /
-// o_free; with Config::kLoneStoreWait the others arrive without waiting); with a buffer of its own
-// (Q already released), nobody waits until the next epilogue reuses the buffer. The O tensor map
-// has a per-batch seqlen dimension, so rows past seqlen_q are dropped by the hardware.
+// o_free; with Config::kLoneStoreWait the others arrive without waiting; with
+// Config::kProducerStoresO the producer stores O from the V stage and nobody here waits); with a
+// buffer of its own (Q already released), nobody waits until the next epilogue reuses the buffer.
+// The O tensor map has a per-batch seqlen dimension, so rows past seqlen_q are dropped by the
+// hardware.
 #pragma once
 
 #include <cuda.h>
@@ -238,9 +240,28 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   fence_proxy_async_shared();  // the TMA store reads what these ordinary stores wrote
   named_barrier_sync(sm90_epilogue_barrier(consumer), Config::kThreadsPerWarpgroup);
   sm90_trace(Sm90Event::kOStaged);
+  const bool stores = sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
+                      !bounded_store;
+  if constexpr (kSm90ProducerStoresO<Config, Layout>) {
+    if (release.stages_o_in_v_ring()) {
+      // The producer stores it (sm90_store_staged_o): this thread describes the store and hands
+      // the stage over, and the consumer starts its next tile.
+      if (thread_in_warpgroup == 0) {
+        Sm90OStoreSlot slot{0, 0, 0, stores ? 1 : 0};
+        if (stores) {
+          const TmaRowCoord at =
+              Layout::q_row(params, batch, tile.sequence.q_start, head,
+                            sm90_row_position(slab_row_begin, group_shift));
+          slot = {at.row, at.head, at.batch, 1};
+        }
+        *release.o_store_slot = slot;
+        mbarrier_arrive(release.o_free);  // release: the slot and the staged O
+      }
+      return;
+    }
+  }
   if (thread_in_warpgroup == 0) {
-    if (sm90_slab_has_rows<Config>(slab_row_begin, query_rows) && !writes_split &&
-        !bounded_store) {
+    if (stores) {
       const TmaRowCoord at =
           Layout::q_row(params, batch, tile.sequence.q_start, head,
                         sm90_row_position(slab_row_begin, group_shift));

@@ -20,7 +20,8 @@
 //      producer.cuh)
 //   (persistent: wait q_empty before the   arrive q_empty (after the last S, or the O store)
 //    next Q; O staged in a V stage: wait   arrive o_free[c] once the store has read it
-//    o_free[c] before V_c of a tile)
+//    o_free[c] before V_c of a tile; with  (kProducerStoresO: once O is staged, for the
+//    kProducerStoresO store that O first)   producer to store)
 //
 // Clustered rows (Config::kRow.cluster_m 2, dense layout): two CTAs compute two query tiles of
 // one (batch, head), each loads half of every K/V block for both (TMA multicast), and a stage is
@@ -67,6 +68,9 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
   static_assert(
       Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
       "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
+  // (O is staged in the V ring by persistent CTAs only)
+  constexpr bool kProducerStoresO =
+      kSm90ProducerStoresO<Config, Layout> && Scheduler::kPersistent;
   sm90_trace_span_begin();
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   const Sm90SmemLayout<Config> smem(dynamic_smem);
@@ -88,8 +92,13 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       mbarrier_init(smem.v_empty(stage), sm90_kv_empty_arrivals<Config, Layout>());
     }
 #pragma unroll
-    for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer)
-      mbarrier_init(smem.o_free(consumer), Config::kThreadsPerWarpgroup);
+    for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
+      // The one thread that hands the staged O to the producer, or every thread (the last once
+      // its own store has read the stage); nothing staged before the first tile.
+      mbarrier_init(smem.o_free(consumer),
+                    kProducerStoresO ? 1 : Config::kThreadsPerWarpgroup);
+      if constexpr (kProducerStoresO) *smem.o_store_slot(consumer) = Sm90OStoreSlot{};
+    }
     if constexpr (Config::kTransposesV) {
 #pragma unroll
       for (int stage = 0; stage < Config::kStages; ++stage) {
@@ -191,6 +200,9 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       if constexpr (Config::kTransposesV) {
         if (lead) sm90_stop_transposer<Config, Layout>(smem, params, state.ring);
       }
+      if constexpr (kProducerStoresO) {
+        if (lead) sm90_store_last_o<Config>(smem, &map_o, params, state);
+      }
     }
     if constexpr (Config::kTransposesV) {  // warps 1-3 (the loads' lanes are in warp 0)
       constexpr int kFirst = kSm90TransposerFirstWarp * 32;
@@ -206,6 +218,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
       release.q_empty = smem.q_empty();
       release.staging = Config::kPersistentOStaging;
       if (Config::kOStagingInVRing) release.o_free = smem.o_free(consumer);
+      if (kProducerStoresO) release.o_store_slot = smem.o_store_slot(consumer);
     }
     // Ping-pong turns between the consumers, one rotation for all tiles.
     const typename Mainloop::Turns turns{consumer};

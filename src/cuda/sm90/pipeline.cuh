@@ -9,6 +9,7 @@
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/tile_config.h"
 
 namespace flashcore::detail {
@@ -36,6 +37,25 @@ struct Sm90Tile {
   Sm90Sequence sequence;  // its batch entry's
 };
 static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the smem tile slot");
+
+// A consumer's O staged for the producer to store (Config::kProducerStoresO): the O map's
+// coordinates of its slab's first row, and whether there is anything to store (a slab with rows
+// of the sequence, not stored row by row). Written by the consumer's thread 0 before its arrival
+// on o_free, read by the producer after its wait.
+struct Sm90OStoreSlot {
+  int row;
+  int head;
+  int batch;
+  int stores;
+};
+static_assert(sizeof(Sm90OStoreSlot) == kSm90OStoreSlotBytes, "one store slot per consumer");
+
+// Whether the producer stores the O staged in the V ring (Config::kProducerStoresO): in the dense
+// layout's kernels, the ones timed. The serving layouts' producers spilled with it (16-bit d256:
+// 12 -> 340 bytes) and keep the consumer's store.
+template <class Config, class Layout>
+inline constexpr bool kSm90ProducerStoresO =
+    Config::kProducerStoresO && kSm90IsDenseLayout<Layout>;
 
 template <class Layout>
 __device__ __forceinline__ Sm90Sequence sm90_resolve_sequence(const AttentionParams& params,
@@ -252,8 +272,10 @@ struct Sm90QRelease {
   // read it (epilogue.cuh).
   Sm90OStaging staging = Sm90OStaging::kQSlab;
   // kVRing: this consumer's barrier, which every one of its threads arrives on, the last once the
-  // O store has read the V stage.
+  // O store has read the V stage; with Config::kProducerStoresO its thread 0 alone, once O is
+  // staged and its store slot written.
   uint64_t* o_free = nullptr;
+  Sm90OStoreSlot* o_store_slot = nullptr;  // Config::kProducerStoresO: this consumer's
   // Q goes back after the last S = Q K^T: O is staged in its own buffer or in a V stage, or
   // stored from registers.
   __device__ __forceinline__ bool hands_back_early() const {

@@ -4,7 +4,8 @@
 // lanes share the K/V boxes.
 //
 //   K tile 0 (wait k_empty[s])  -> k_full[s]
-//   (persistent: wait q_empty; O in the V ring and n < consumers: wait o_free[n..])
+//   (persistent: wait q_empty; O in the V ring and n < consumers: wait o_free[n..], or with
+//    Config::kProducerStoresO store the staged O there and wait for its read)
 //   Q (once per tile)           -> q_full
 //   for j = 1 .. n-1 (KV tiles last to first, the order the consumers visit them):
 //     wait k_empty[s_j];   K tile j   -> k_full[s_j]
@@ -155,6 +156,57 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
   ring.advance();
 }
 
+// Config::kProducerStoresO: the TMA store of the O that consumer `consumer` staged in V stage
+// `stage`, where its store slot says (nothing for a slab without rows of the sequence, nor
+// before the CTA's first tile: kernel.cuh zeroes the slots), committed as one group.
+template <class Config>
+__device__ __forceinline__ void sm90_issue_o_store(const Sm90SmemLayout<Config>& smem,
+                                                   const CUtensorMap* map_o,
+                                                   const AttentionParams& params, int consumer,
+                                                   int stage) {
+  const Sm90OStoreSlot slot = *smem.o_store_slot(consumer);
+  if (slot.stores == 0) return;
+  const uint8_t* staged = smem.v_tile(stage);
+#pragma unroll
+  for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
+    if constexpr (Config::kTransposesV) {  // as the consumer's store (epilogue.cuh)
+      if (block * Config::kOutBoxCols >= params.head_dim) break;
+    }
+    tma_store_4d(map_o, staged + block * Config::kRowsPerConsumer * kSwizzleBytes,
+                 block * Config::kOutBoxCols, slot.row, slot.head, slot.batch);
+  }
+  tma_store_commit_group();
+}
+
+// Waits until consumer `consumer` has staged its O (the o_free phase of parity `parity`; the CTA's
+// first tile has none before it, and that wait passes at once), stores it, and waits until the
+// store has read the stage.
+template <class Config>
+__device__ __forceinline__ void sm90_store_staged_o(const Sm90SmemLayout<Config>& smem,
+                                                    const CUtensorMap* map_o,
+                                                    const AttentionParams& params, int consumer,
+                                                    int stage, uint32_t parity) {
+  mbarrier_wait_parity(smem.o_free(consumer), parity);
+  sm90_issue_o_store<Config>(smem, map_o, params, consumer, stage);
+  tma_store_wait_reads();
+}
+
+// Every consumer's O of the CTA's last tile (Config::kProducerStoresO), after the producer's
+// last load: stored, and the stores finished before the CTA's shared memory goes.
+template <class Config>
+__device__ __forceinline__ void sm90_store_last_o(const Sm90SmemLayout<Config>& smem,
+                                                  const CUtensorMap* map_o,
+                                                  const AttentionParams& params,
+                                                  const Sm90TileLoopState<Config::kStages>& state) {
+#pragma unroll 1
+  for (int consumer = 0; consumer < Config::kConsumerWarpgroups; ++consumer) {
+    sm90_store_staged_o<Config>(smem, map_o, params, consumer,
+                                Sm90VStaging<Config::kStages>(state.ring, consumer).stage,
+                                state.q_phase ^ 1);
+  }
+  tma_store_wait_all();
+}
+
 // K loads of a tile left to issue when the producer claims the next tile (a claiming
 // scheduler's atomic, an L2 round trip away). Late enough that a CTA claims about when it is
 // about to be free (causal launches hand their tiles out longest first, to the CTAs free first);
@@ -190,10 +242,35 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   const bool o_in_v_ring = persistent && Config::kOStagingInVRing;
   const uint32_t previous_tile_parity = state.q_phase ^ 1;
   RingPosition<Config::kStages> k_ring = state.ring, v_ring = state.ring;
-  const auto load_v = [&](int step) {
-    if (o_in_v_ring && step < Config::kConsumerWarpgroups) {
-      mbarrier_wait_parity(smem.o_free(step), previous_tile_parity);
+  // The previous tile's consumer c staged its O where V_c loads (Sm90VStaging): waited for, or
+  // where the producer stores it (dense layout: one producer lane), stored and waited for until
+  // read. The later consumers' O already staged is stored with it (probed, not waited for), so
+  // their V loads, which follow K loads that wait for this tile's first S = Q K^T, find it read.
+  unsigned stored = 0;  // bit c: consumer c's O stored this tile
+  const auto free_o_stage = [&](int consumer) {
+    if constexpr (kSm90ProducerStoresO<Config, Layout>) {
+      static_assert(Layout::kProducerLanes == 1, "one thread issues and waits for the stores");
+      if ((stored >> consumer & 1u) == 0) {
+        mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
+        sm90_issue_o_store<Config>(smem, maps.o, params, consumer,
+                                   Sm90VStaging<Config::kStages>(state.ring, consumer).stage);
+      }
+#pragma unroll
+      for (int later = consumer + 1; later < Config::kConsumerWarpgroups; ++later) {
+        if ((stored >> later & 1u) == 0 &&
+            mbarrier_test_wait_parity(smem.o_free(later), previous_tile_parity)) {
+          sm90_issue_o_store<Config>(smem, maps.o, params, later,
+                                     Sm90VStaging<Config::kStages>(state.ring, later).stage);
+          stored |= 1u << later;
+        }
+      }
+      tma_store_wait_reads();
+    } else {
+      mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
     }
+  };
+  const auto load_v = [&](int step) {
+    if (o_in_v_ring && step < Config::kConsumerWarpgroups) free_o_stage(step);
     sm90_load_kv_tile<Config, Layout>(smem, maps.v, params, true, tile, kv_head, kv_tiles, step,
                                       v_ring, lane);
   };
@@ -211,7 +288,7 @@ __device__ __forceinline__ void sm90_produce(const Sm90SmemLayout<Config>& smem,
   }
   if (o_in_v_ring) {
     for (int consumer = count; consumer < Config::kConsumerWarpgroups; ++consumer)
-      mbarrier_wait_parity(smem.o_free(consumer), previous_tile_parity);
+      free_o_stage(consumer);
   }
   if (sm90_lead_lane<Layout>(lane)) sm90_load_q<Config, Layout>(smem, maps, params, tile, group_shift);
   for (int step = 1; step < count; ++step) {

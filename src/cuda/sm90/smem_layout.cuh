@@ -18,7 +18,8 @@
 
 namespace flashcore::detail {
 
-struct Sm90Tile;  // pipeline.cuh
+struct Sm90Tile;        // pipeline.cuh
+struct Sm90OStoreSlot;  // pipeline.cuh
 
 static_assert(kSwizzleBytes == kSm90SwizzleRowBytes, "one swizzled row for TMA and wgmma alike");
 
@@ -99,7 +100,9 @@ struct Sm90SmemLayout {
     return barriers() + 1 + 4 * Config::kStages;
   }
   // Persistent schedulers with O staged in the V ring: consumer c's O store has read its V stage
-  // (every thread of the consumer arrives), so the producer may load V there.
+  // (every thread of the consumer arrives), so the producer may load V there; with
+  // Config::kProducerStoresO: consumer c's O is staged there (its thread 0 arrives), for the
+  // producer to store before it loads V there.
   __device__ __forceinline__ uint64_t* o_free(int consumer) const {
     return barriers() + 2 + 4 * Config::kStages + consumer;
   }
@@ -155,6 +158,14 @@ struct Sm90SmemLayout {
   // q_full, read after the consumers' wait; kSm90TileSlotBytes.
   __device__ __forceinline__ Sm90Tile* tile_slot() const {
     return reinterpret_cast<Sm90Tile*>(barriers() + Config::kBarrierCount);
+  }
+  // Config::kProducerStoresO: consumer c's staged O for the producer's store (Sm90OStoreSlot),
+  // written before its arrival on o_free, read after the producer's wait; kSm90OStoreSlotBytes
+  // each, past the tile slot.
+  __device__ __forceinline__ Sm90OStoreSlot* o_store_slot(int consumer) const {
+    uint8_t* slots = reinterpret_cast<uint8_t*>(barriers() + Config::kBarrierCount) +
+                     kSm90TileSlotBytes;
+    return reinterpret_cast<Sm90OStoreSlot*>(slots) + consumer;
   }
 };
 

@@ -65,6 +65,10 @@ enum class Sm90OStaging : int {
 // each Q.
 constexpr int kSm90TileSlotBytes = 48;
 
+// Where the producer stores O (Sm90Switch::kProducerStoresO): per consumer, the staged O's TMA
+// coordinates (Sm90OStoreSlot, pipeline.cuh), written before the consumer's arrival on o_free.
+constexpr int kSm90OStoreSlotBytes = 16;
+
 // Shared memory a CTA may take on sm90: 227 KB of the SM's 228
 // (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 constexpr int kSm90MaxSmemBytes = 227 * 1024;
@@ -209,11 +213,14 @@ struct Sm90TileConfig {
   static constexpr int kOBytes = kConsumerWarpgroups * kOSlabBytes;
   // mbarriers (8 bytes each): q full/empty, k/v full/empty per stage, one o_free per consumer;
   // with V transposed, vt_full and v_raw_empty per stage, the transposer's stop word and its
-  // v_keys word per stage (8 bytes each too); then the persistent schedulers' tile slot
-  // (smem_layout.cuh lays them out in this order)
+  // v_keys word per stage (8 bytes each too); then the persistent schedulers' tile slot and,
+  // where the producer stores O, one store slot per consumer (smem_layout.cuh lays them out in
+  // this order)
   static constexpr int kTransposeBarriers = kTransposesV ? 3 * kStages + 1 : 0;
   static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups + kTransposeBarriers;
-  static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes;
+  static constexpr int kOStoreSlotsBytes =
+      kRow.has(Sm90Switch::kProducerStoresO) ? kConsumerWarpgroups * kSm90OStoreSlotBytes : 0;
+  static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes + kOStoreSlotsBytes;
   static constexpr int kAlignmentSlack = 1024;  // dynamic smem base is only 16-byte aligned
   static constexpr int kMaxSmemBytes = kSm90MaxSmemBytes;
   static constexpr int kCoreSmemBytes = kQBytes + 2 * kStages * kKVTileBytes +
@@ -235,6 +242,10 @@ struct Sm90TileConfig {
   static constexpr bool kOStagingInVRing = !kSeparateOStaging && kKVTileBytes >= kOSlabBytes &&
                                            kStages >= kConsumerWarpgroups;
   static constexpr bool kLoneStoreWait = kOStagingInVRing && kRow.has(Sm90Switch::kLoneStoreWait);
+  // The producer stores O staged in the V ring (tile_table.h, kProducerStoresO): persistent
+  // unpacked tiles only, whose store the consumer describes in a slot (Sm90OStoreSlot).
+  static constexpr bool kProducerStoresO =
+      kOStagingInVRing && !kPacksGroups && kRow.has(Sm90Switch::kProducerStoresO);
   static constexpr Sm90OStaging kPersistentOStaging = kSeparateOStaging  ? Sm90OStaging::kOwnBuffer
                                                       : kOStagingInVRing ? Sm90OStaging::kVRing
                                                       : kTransposesV     ? Sm90OStaging::kRegisters

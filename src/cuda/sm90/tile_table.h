@@ -104,6 +104,18 @@ enum class Sm90Switch : unsigned {
   // would take them, the dense configs 0.980-1.025x and the serving calls 0.3-0.6% slower
   // (docs/kernels.md, runs 315-318).
   kTurnsWhereLeaderWaits = 1u << 15,
+  // O staged in a V stage (Sm90OStaging::kVRing) is stored by the producer's TMA thread: the
+  // consumer stages O, describes the store (Sm90OStoreSlot), arrives on o_free and starts its next
+  // tile at once; the producer, which waits for that stage before its next V load there anyway,
+  // issues the store, waits until the store has read the stage and loads V (producer.cuh).
+  // Otherwise a consumer thread stores O and waits for that read, and so does its warpgroup (with
+  // kLoneStoreWait that thread's warp), which holds the warpgroup's next S = Q K^T. Dense layout
+  // only (kSm90ProducerStoresO). Against FA3 in the same processes, the 16-bit d256 rows ran the
+  // grid's d256 configs 1.008x / 1.012x as fast with it in two runs (non-causal 512-2k
+  // 1.006-1.033x); the fp8 d256 rows 1.005x, then 0.983x with the later consumers' stores probed
+  // (producer.cuh), their 24-register producer spilling more: they keep kLoneStoreWait
+  // (docs/kernels.md, runs 340-341).
+  kProducerStoresO = 1u << 16,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -179,6 +191,7 @@ constexpr Sm90Switch kPairs = Sm90Switch::kStepPairs;
 constexpr Sm90Switch kRow0First = Sm90Switch::kRow0ExpFirst;
 constexpr Sm90Switch kLeaderWaits = Sm90Switch::kLeaderWaitsKv;
 constexpr Sm90Switch kLeaderTurns = Sm90Switch::kTurnsWhereLeaderWaits;
+constexpr Sm90Switch kProducerStores = Sm90Switch::kProducerStoresO;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -242,10 +255,10 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // (docs/kernels.md, runs 193-194).
     { 256, false,  kAnySeqlen,  80, 2, 2, sm90_table::kPers, sm90_table::kL2,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kStepDesc |
-       sm90_table::kRow0First | sm90_table::kLeaderWaits},
+       sm90_table::kRow0First | sm90_table::kLeaderWaits | sm90_table::kProducerStores},
     { 256, true,   kAnySeqlen,  80, 2, 2, sm90_table::kPers, 16,
        sm90_table::kLazy | sm90_table::kWarpMask | sm90_table::kAfterPv | sm90_table::kRow0First |
-       sm90_table::kStepDesc | sm90_table::kLeaderWaits},
+       sm90_table::kStepDesc | sm90_table::kLeaderWaits | sm90_table::kProducerStores},
     // FP8 (e4m3) rows: head_dim 64, 128 and 256 (64 runs d128 tiles on zero-filled columns,
     // computing its own: sm90_kernel_head_dim). Per stage K + V (TMA) + V^T (transposed by the
     // producer warpgroup; rows for the computed head_dim only, so d64's are half as many);
