@@ -113,8 +113,8 @@ enum class Sm90Switch : unsigned {
   // only (kSm90ProducerStoresO). Against FA3 in the same processes, the 16-bit d256 rows ran the
   // grid's d256 configs 1.008x / 1.012x as fast with it in two runs (non-causal 512-2k
   // 1.006-1.033x); the fp8 d256 rows 1.005x, then 0.983x with the later consumers' stores probed
-  // (producer.cuh), their 24-register producer spilling more: they keep kLoneStoreWait
-  // (docs/kernels.md, runs 340-341).
+  // (producer.cuh), their 24-register producer spilling more, and the causal row alone unprobed
+  // 0.994x: they keep kLoneStoreWait (docs/kernels.md, runs 340-343).
   kProducerStoresO = 1u << 16,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
