@@ -5,8 +5,9 @@ It mirrors src/cuda/sm90/{producer,consumer,consumer_overlap,epilogue,kernel}.cu
 mbarriers (arrival counts, transaction bytes, phase parity), TMA loads completing later, the
 ping-pong turns' named barriers (256 threads, one per consumer), wgmma reads of shared memory
 from issue until the wait returns (a release placed before the wait is caught), and the TMA
-store reading the buffer O is staged in (the Q slab, its own buffer, or a V stage). It checks,
-for the plain, overlap and persistent schedules:
+store reading the buffer O is staged in (the Q slab, its own buffer, or a V stage, stored by the
+consumer or by the producer: "vring_producer", Sm90Switch::kProducerStoresO). It checks, for the
+plain, overlap and persistent schedules:
   * no deadlock (some role can always move until all finish),
   * every read sees the tile and KV step it expects (stage ring and Q phases in step),
   * the producer never overwrites a buffer that a wgmma or a store is still reading,
@@ -171,7 +172,9 @@ class Cta:
         # The consumer of each KV step's first turn (the kernel's kSm90FirstTurn).
         self.leader = leader
         # FP8 mutants that must fail: "stop_one_stage" (the stop waits for the next stage only),
-        # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty).
+        # "no_vt_release_wait" (the transposer overwrites V^T without waiting for v_empty); and
+        # "store_no_read_wait" (the producer loads V where it stores O without waiting for the
+        # store's read).
         self.mutant = mutant
         self.vt_full = [MBarrier(f"vt_full{s}", TRANSPOSER_THREADS) for s in range(stages)]
         self.v_raw_empty = [MBarrier(f"v_raw_empty{s}", TRANSPOSER_THREADS)
@@ -181,13 +184,21 @@ class Cta:
         # Where O is staged (persistent schedules; one tile per CTA always uses the Q slab):
         # "qslab", Q handed back after the store read it; "own" (kSeparateOStaging) or "vring"
         # (kOStagingInVRing), Q handed back after the last S wgmma.
+        # "vring_producer" (Sm90Switch::kProducerStoresO): a V stage, which the producer stores
+        # from: the consumer stages O, writes the store slot and arrives on o_free alone.
+        self.producer_stores = self.persistent and staging == "vring_producer"
+        staging = "vring" if staging == "vring_producer" else staging
         self.staging = staging if self.persistent else "qslab"
         self.early = self.staging != "qslab"
         # vring: consumer c's O store has read V stage (next + c); the producer waits before
         # loading that tile's V_c there.
         # FP8 d256 takes Sm90Switch::kLoneStoreWait: only its storing thread waits for the read.
         self.lone_store_wait = transpose
-        self.o_free = [MBarrier(f"o_free{c}", WARPGROUP_THREADS) for c in range(consumers)]
+        o_free_arrivals = 1 if self.producer_stores else WARPGROUP_THREADS
+        self.o_free = [MBarrier(f"o_free{c}", o_free_arrivals) for c in range(consumers)]
+        # producer_stores: each consumer's store slot, (tile, whether it stores) of the O it
+        # staged last; None before the first (the kernel zeroes the slots).
+        self.o_slot = [None] * consumers
         self.smem = Smem(stages, consumers)
         self.q_full = MBarrier("q_full", 1)
         # Every consumer thread arrives on the K / V empty barriers (and on q_empty when Q goes
@@ -222,16 +233,61 @@ class Cta:
         self.async_events.append(land)
         ring.advance()
 
-    def load_v(self, tile_id, step, ring, q_phase):
+    def load_v(self, tile_id, step, ring, q_phase, staged):
         # vring: V_c of a tile goes where consumer c staged the previous tile's O.
         if self.staging == "vring" and step < self.consumers:
-            yield lambda qp=q_phase, c=step: self.o_free[c].passed(qp ^ 1)
+            yield from self.free_o_stage(step, q_phase, staged)
         yield from self.load("v", tile_id, step, ring)
 
+    def free_o_stage(self, c, q_phase, staged):
+        """Consumer c's O of the previous tile has left its V stage: waited for, or where the
+        producer stores it (sm90_produce's free_o_stage), stored with the later consumers' whose
+        o_free a probe finds complete, then one wait for the reads. `staged`: (the previous
+        tile's id or None, the ring position after it, the consumers stored this tile)."""
+        if not self.producer_stores:
+            yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
+            return
+        reads = []
+        previous, after, stored = staged
+        if c not in stored:
+            yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
+            reads += self.issue_o_store(c, previous, after)
+        for later in range(c + 1, self.consumers):
+            if later not in stored and self.o_free[later].passed(q_phase ^ 1):
+                reads += self.issue_o_store(later, previous, after)
+                stored.add(later)
+        yield from self.wait_store_reads(reads)
+
+    def issue_o_store(self, c, previous, after):
+        # The store of consumer c's staged O, as its slot says: the V stage c places past the
+        # previous tile, which must still hold that O. Returns the buffers it reads.
+        slot = self.o_slot[c]
+        if (slot[0] if slot else None) != previous:
+            raise ModelError(f"producer reads o_slot{c} = {slot}, expected tile {previous}")
+        if slot is None or not slot[1]:
+            return []
+        pos = after.copy()
+        for _ in range(c):
+            pos.advance()
+        v = f"v{pos.stage}"
+        self.smem.start_read(v, ("O", previous, c), "producer store")
+        return [v]
+
+    def wait_store_reads(self, reads):
+        def end(reads=reads):
+            for v in reads:
+                self.smem.end_read(v, "producer store")
+        if self.mutant == "store_no_read_wait":
+            self.async_events.append(end)
+            return
+        yield lambda: True  # the stores read until the wait returns
+        end()
+
     def producer(self):
-        ring, q_phase = Ring(self.stages), 0
+        ring, q_phase, previous = Ring(self.stages), 0, None
         for tile_id, count, skip_q0, _ in self.tiles:
             k_ring, v_ring = ring.copy(), ring.copy()
+            staged = (previous, ring.copy(), set())
             if count > 0:
                 yield from self.load("k", tile_id, 0, k_ring)
             if self.persistent:
@@ -241,7 +297,7 @@ class Cta:
                 # Fewer V loads than consumers: the stages of the previous O stores no V load
                 # will wait for are waited for here, before the consumers may start the tile.
                 for c in range(count, self.consumers):
-                    yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
+                    yield from self.free_o_stage(c, q_phase, staged)
             slabs = [f"q{c}" for c in range(1 if skip_q0 else 0, self.consumers)]
             self.q_full.arrive_expect_tx(Q_SLAB_BYTES * len(slabs))
 
@@ -253,11 +309,12 @@ class Cta:
             self.async_events.append(land_q)
             for step in range(1, count):
                 yield from self.load("k", tile_id, step, k_ring)
-                yield from self.load_v(tile_id, step - 1, v_ring, q_phase)
+                yield from self.load_v(tile_id, step - 1, v_ring, q_phase, staged)
             if count > 0:
-                yield from self.load_v(tile_id, count - 1, v_ring, q_phase)
+                yield from self.load_v(tile_id, count - 1, v_ring, q_phase, staged)
             ring = k_ring
             q_phase ^= 1
+            previous = tile_id
         if self.persistent:  # no further tile: slot -1, q_full completes without bytes
             yield lambda qp=q_phase: self.q_empty.passed(qp ^ 1)
             self.slot = -1
@@ -269,6 +326,10 @@ class Cta:
                 pos.advance()
             self.stop = True
             self.v_full[ring.stage].arrive()
+        if self.producer_stores:  # sm90_store_last_o: the last tile's O, consumer by consumer
+            for c in range(self.consumers):
+                yield lambda qp=q_phase, c=c: self.o_free[c].passed(qp ^ 1)
+                yield from self.wait_store_reads(self.issue_o_store(c, previous, ring))
 
     def transposer(self):
         # sm90_transpose_v: V stages in ring order, each into its V^T stage, until stopped.
@@ -321,6 +382,11 @@ class Cta:
             v_read = self.v_raw_empty if self.transpose else self.v_empty
             yield lambda s=pos.stage, ph=pos.phase: v_read[s].passed(ph ^ 1)
             self.smem.write(v, ("O", tile_id, c), who)
+            if self.producer_stores:
+                # Its thread 0 writes the slot and arrives; the producer stores (free_o_stage).
+                self.o_slot[c] = (tile_id, has_rows)
+                self.o_free[c].arrive()
+                return
             if self.lone_store_wait:
                 # The storing thread alone waits for the store's reads and arrives on o_free
                 # last; the consumer's other threads arrive at once and go on to the next tile.
@@ -575,13 +641,14 @@ def sweep(configs, runs, rng, consumers=2, dead_blocks=False):
     return True
 
 
-def mutant_caught(name, runs, rng, dead_blocks=False, steps=TILE_STEPS, **cta_args):
-    """Whether a persistent CTA with O in its own buffer and cta_args fails within `runs`."""
+def mutant_caught(name, runs, rng, dead_blocks=False, steps=TILE_STEPS, staging="own",
+                  **cta_args):
+    """Whether a persistent CTA with O staged as `staging` and cta_args fails within `runs`."""
     for i in range(runs):
         stages = rng.choice([2, 3])
         tiles = random_tiles(rng, True, cta_args.get("consumers", 2), dead_blocks, steps)
         try:
-            Cta(tiles, stages, "persistent", random.Random(i), "own", **cta_args).run()
+            Cta(tiles, stages, "persistent", random.Random(i), staging, **cta_args).run()
         except ModelError:
             print(f"ok mutant {name} caught")
             return True
@@ -648,6 +715,18 @@ def main():
     if not mutant_caught("consumer 0 alone waiting, passing dead blocks",
                          DEAD_MUTANT_RUN_FACTOR * runs, dead_rng, dead_blocks=True,
                          steps=DEAD_MUTANT_STEPS, leader_waits=True, consumers=3):
+        return 1
+    # The producer storing O staged in the V ring (Sm90Switch::kProducerStoresO; the 16-bit
+    # d256 rows take it with turns and consumer 0's waits), with and without the FP8 transposer
+    # and turns; and its mutant, V loaded where a store may still read.
+    store_rng = random.Random(19)
+    if not sweep((("persistent", "vring_producer", False, True, False),
+                  ("persistent", "vring_producer", False, True, True),
+                  ("persistent", "vring_producer", True, True, False),
+                  ("persistent", "vring_producer", True, False, False)), runs, store_rng):
+        return 1
+    if not mutant_caught("store_no_read_wait", runs, store_rng, staging="vring_producer",
+                         mutant="store_no_read_wait"):
         return 1
     return 0
 

@@ -33,10 +33,25 @@ def test_grid_and_serving_runs(tmp_path, capsys):
     assert ab_summary.main(["ab_summary", str(tmp_path), "--trees", "base,new", "f8", "srv"]) == 0
     out = capsys.readouterr().out
     assert "## f8: 2 configs, passes base [1, 2], new [1, 2]" in out
-    assert "| d128 16k | 2.0000 | 1.6000 | 1.250 | 0.900 | 1.125 |" in out
+    assert "| d128 16k | 2.0000 | 1.6000 | 1.250 | 0.900 | 1.125 | 1.250 |" in out
     assert "below: d128 1k 0.909" in out
     assert "## srv: 1 configs" in out
     assert "new / base: geomean 0.8000" in out
+
+
+def test_a_shift_of_the_whole_process_cancels_through_fa3(tmp_path, capsys):
+    # The new tree's processes run every kernel 10% longer, FA3 included: its own time reads
+    # 0.909x, through FA3 it is level.
+    for run in (1, 2):
+        write_run(tmp_path, "f8", "base", run, "flashcore[sm90]",
+                  {"d256 1k": (0.040, 0.039)}, "compare.json")
+        write_run(tmp_path, "f8", "new", run, "flashcore[sm90]",
+                  {"d256 1k": (0.044, 0.0429)}, "compare.json")
+    assert ab_summary.main(["ab_summary", str(tmp_path), "--trees", "base,new", "f8"]) == 0
+    out = capsys.readouterr().out
+    assert "new / base: geomean 0.9091" in out
+    assert "new / base via FA3: geomean 1.0000 over 1, lowest 1.000, highest 1.000; below 0.98: 0" \
+        in out
 
 
 def test_a_missing_tree_fails(tmp_path, capsys):

@@ -2,8 +2,11 @@
 """Summary of an A B run (tools/device/ab.sh): each tree's speed against the first one's per
 config, from the median over passes of each side's median time, with the spread of each tree
 between its own passes (the noise the ratios must clear). Where the run timed FA3 beside
-FlashCore, each tree's flashcore / FA3 ratio too (per pass, then the median): FA3 ran in the same
-processes, so it cancels the card's drift between passes.
+FlashCore, each tree's flashcore / FA3 ratio too (per pass, then the median), and each tree
+against the first through those ratios: FA3 ran in the same processes, so it cancels the card's
+drift between passes and what a process does to every kernel in it (docs/kernels.md, run 340: an
+fp8 d256 call ran 12% longer in one tree's processes, and FA3 beside it as much). Read that
+column where the two disagree.
 Reads OUT_DIR/<grid>_<tree>_<pass>/compare.json, or compare_serving.json (`compare.py --grid
 serving`, whose FlashCore column is `flashcore` and whose FA3 column times only its rows).
 
@@ -77,12 +80,13 @@ def summarize(grid, runs, trees):
     has_anchor = any(anchor_ratio(runs[t], k) for t in trees for k in keys)
     header = ["config"] + [f"{t} ms" for t in trees] + [f"{t} / {ref}" for t in trees[1:]]
     if has_anchor:
-        header += [f"{t} / FA3" for t in trees]
+        header += [f"{t} / FA3" for t in trees] + [f"{t} / {ref} via FA3" for t in trees[1:]]
     lines = [f"## {grid}: {len(keys)} configs, passes " +
              ", ".join(f"{t} {sorted(runs[t])}" for t in trees), "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     ratios = {t: [] for t in trees[1:]}
     vs_anchor = {t: [] for t in trees}
+    via_anchor = {t: [] for t in trees[1:]}  # (t / FA3) / (ref / FA3), per config
     spreads = []
     for key in keys:
         med = {t: statistics.median(p[key][0] for p in runs[t].values()) for t in trees}
@@ -91,11 +95,16 @@ def summarize(grid, runs, trees):
             ratios[t].append(med[ref] / med[t])
             cells.append(f"{med[ref] / med[t]:.3f}")
         if has_anchor:
+            values = {t: anchor_ratio(runs[t], key) for t in trees}
             for t in trees:
-                value = anchor_ratio(runs[t], key)
-                if value:
-                    vs_anchor[t].append(value)
-                cells.append(f"{value:.3f}" if value else "-")
+                if values[t]:
+                    vs_anchor[t].append(values[t])
+                cells.append(f"{values[t]:.3f}" if values[t] else "-")
+            for t in trees[1:]:
+                via = values[t] / values[ref] if values[t] and values[ref] else None
+                if via:
+                    via_anchor[t].append((via, key))
+                cells.append(f"{via:.3f}" if via else "-")
         for t in trees:
             times = [p[key][0] for p in runs[t].values()]
             if len(times) > 1:
@@ -111,6 +120,15 @@ def summarize(grid, runs, trees):
     if has_anchor:
         lines += [f"{t} / FA3: geomean {geomean(vs_anchor[t]):.4f} over {len(vs_anchor[t])}, "
                   f"lowest {min(vs_anchor[t]):.3f}" for t in trees if vs_anchor[t]]
+        for t in trees[1:]:
+            if not via_anchor[t]:
+                continue
+            values = [v for v, _ in via_anchor[t]]
+            low = sorted((v, k) for v, k in via_anchor[t] if v < FLAG_BELOW)
+            lines.append(f"{t} / {ref} via FA3: geomean {geomean(values):.4f} over {len(values)}, "
+                         f"lowest {min(values):.3f}, highest {max(values):.3f}; below "
+                         f"{FLAG_BELOW}: {len(low)}")
+            lines += [f"  below: {name} {v:.3f}" for v, name in low]
     if spreads:
         lines.append(f"same tree between passes: median spread {statistics.median(spreads):.3f}, "
                      f"largest {max(spreads):.3f}")
