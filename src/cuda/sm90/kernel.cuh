@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(Mainloop::Config::kThreads, 1)
   static_assert(
       Sm90SchedulerClusterSize<Scheduler>::value == Sm90ClusterShape<Config, Layout>::kSize,
       "clustered rows run with the cluster scheduler (Sm90RowScheduler), only they do");
-  // (O is staged in the V ring by persistent CTAs only)
+  // Whether the producer stores the consumers' O (only persistent CTAs stage it in the V ring).
   constexpr bool kProducerStoresO =
       kSm90ProducerStoresO<Config, Layout> && Scheduler::kPersistent;
   sm90_trace_span_begin();
