@@ -60,36 +60,35 @@ __device__ __forceinline__ void mbarrier_arrive_on_cp_async(uint64_t* barrier) {
                : "memory");
 }
 
+// The asm of a parity query: `op` (try_wait or test_wait) sets a predicate, returned as 0 / 1.
+#define FLASHCORE_MBARRIER_PARITY_QUERY(op)                          \
+  "{\n"                                                              \
+  ".reg .pred ready;\n"                                              \
+  "mbarrier." op ".parity.shared::cta.b64 ready, [%1], %2;\n"        \
+  "selp.u32 %0, 1, 0, ready;\n"                                      \
+  "}\n"
+
 // True once the phase with the given parity has completed (does not block for long: the hardware
 // may suspend the thread for a bounded time before answering false).
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* barrier, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred ready;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, ready;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(barrier)), "r"(parity)
-      : "memory");
+  asm volatile(FLASHCORE_MBARRIER_PARITY_QUERY("try_wait")
+               : "=r"(done)
+               : "r"(smem_u32(barrier)), "r"(parity)
+               : "memory");
   return done != 0;
 }
 
-// True once the phase with the given parity has completed; never blocks (a probe).
+// The same, never blocking (a probe).
 __device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* barrier, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred ready;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, ready;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(barrier)), "r"(parity)
-      : "memory");
+  asm volatile(FLASHCORE_MBARRIER_PARITY_QUERY("test_wait")
+               : "=r"(done)
+               : "r"(smem_u32(barrier)), "r"(parity)
+               : "memory");
   return done != 0;
 }
+#undef FLASHCORE_MBARRIER_PARITY_QUERY
 
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* barrier, uint32_t parity) {
   while (!mbarrier_try_wait_parity(barrier, parity)) {

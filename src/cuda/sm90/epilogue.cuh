@@ -86,6 +86,15 @@ __device__ __forceinline__ void sm90_store_o_rows(const float (&o)[kOAccRegs],
   });
 }
 
+// The O map's coordinates of the first row of the 64-row slab from `slab_row_begin`.
+template <class Layout>
+__device__ __forceinline__ TmaRowCoord sm90_slab_o_at(const AttentionParams& params,
+                                                      const Sm90Tile& tile, int slab_row_begin,
+                                                      int group_shift) {
+  return Layout::q_row(params, tile.batch, tile.sequence.q_start, tile.head,
+                       sm90_row_position(slab_row_begin, group_shift));
+}
+
 // Where a consumer thread's two rows go: its lane, its first row in the 64-row slab (the second
 // is row0 + 8), and the packing and length of the tile's query rows (sm90_group_shift).
 struct Sm90SlabRows {
@@ -244,17 +253,14 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
                       !bounded_store;
   if constexpr (kSm90ProducerStoresO<Config, Layout>) {
     if (release.stages_o_in_v_ring()) {
-      // The producer stores it (sm90_store_staged_o): this thread describes the store and hands
-      // the stage over, and the consumer starts its next tile.
+      // The producer stores it (producer.cuh): this thread describes the store and hands the
+      // stage over, and the consumer starts its next tile.
       if (thread_in_warpgroup == 0) {
-        Sm90OStoreSlot slot{0, 0, 0, stores ? 1 : 0};
-        if (stores) {
-          const TmaRowCoord at =
-              Layout::q_row(params, batch, tile.sequence.q_start, head,
-                            sm90_row_position(slab_row_begin, group_shift));
-          slot = {at.row, at.head, at.batch, 1};
-        }
-        *release.o_store_slot = slot;
+        *release.o_store_slot =
+            stores ? Sm90OStoreSlot{sm90_slab_o_at<Layout>(params, tile, slab_row_begin,
+                                                           group_shift),
+                                    1}
+                   : Sm90OStoreSlot{};
         mbarrier_arrive(release.o_free);  // release: the slot and the staged O
       }
       return;
@@ -262,22 +268,8 @@ __device__ __forceinline__ void sm90_epilogue(float (&o)[kOAccRegs],
   }
   if (thread_in_warpgroup == 0) {
     if (stores) {
-      const TmaRowCoord at =
-          Layout::q_row(params, batch, tile.sequence.q_start, head,
-                        sm90_row_position(slab_row_begin, group_shift));
-#pragma unroll
-      for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
-        const uint8_t* src = o_staging + block * Config::kRowsPerConsumer * kSwizzleBytes;
-        if constexpr (Config::kTransposesV) {  // FP8 d64 runs d128: no box wholly past head_dim
-          if (block * Config::kOutBoxCols >= params.head_dim) break;
-        }
-        if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
-          tma_store_5d(map_o, src, block * Config::kOutBoxCols, 0, at.row, at.head, at.batch);
-        } else {
-          tma_store_4d(map_o, src, block * Config::kOutBoxCols, at.row, at.head, at.batch);
-        }
-      }
-      tma_store_commit_group();
+      sm90_store_o_slab<Config>(map_o, o_staging, params,
+                                sm90_slab_o_at<Layout>(params, tile, slab_row_begin, group_shift));
     }
     if (release.q_empty == nullptr) {
       tma_store_wait_all();  // the CTA's shared memory must outlive the reads of the store

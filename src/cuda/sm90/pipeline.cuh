@@ -9,6 +9,7 @@
 #include "common/params.h"
 #include "cuda/common/mask.cuh"
 #include "cuda/ptx/mbarrier.cuh"
+#include "cuda/ptx/tma.cuh"
 #include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/tile_config.h"
 
@@ -43,12 +44,32 @@ static_assert(sizeof(Sm90Tile) <= kSm90TileSlotBytes, "Sm90Tile must fit the sme
 // of the sequence, not stored row by row). Written by the consumer's thread 0 before its arrival
 // on o_free, read by the producer after its wait.
 struct Sm90OStoreSlot {
-  int row;
-  int head;
-  int batch;
-  int stores;
+  TmaRowCoord at;
+  int stores;  // 0: nothing to store
 };
 static_assert(sizeof(Sm90OStoreSlot) == kSm90OStoreSlotBytes, "one store slot per consumer");
+
+// The TMA store of one consumer's O staged at `staged` (its column blocks, 64 rows each) to the
+// O map's rows from `at`, committed as one bulk group: the consumer's store (epilogue.cuh) and
+// the producer's (producer.cuh, Config::kProducerStoresO).
+template <class Config>
+__device__ __forceinline__ void sm90_store_o_slab(const CUtensorMap* map_o, const uint8_t* staged,
+                                                  const AttentionParams& params,
+                                                  const TmaRowCoord& at) {
+#pragma unroll
+  for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
+    const uint8_t* src = staged + block * Config::kRowsPerConsumer * kSwizzleBytes;
+    if constexpr (Config::kTransposesV) {  // FP8 d64 runs d128: no box wholly past head_dim
+      if (block * Config::kOutBoxCols >= params.head_dim) break;
+    }
+    if constexpr (Config::kPacksGroups) {  // 5-D map, as the Q loads (producer.cuh)
+      tma_store_5d(map_o, src, block * Config::kOutBoxCols, 0, at.row, at.head, at.batch);
+    } else {
+      tma_store_4d(map_o, src, block * Config::kOutBoxCols, at.row, at.head, at.batch);
+    }
+  }
+  tma_store_commit_group();
+}
 
 // Whether the producer stores the O staged in the V ring (Config::kProducerStoresO): in the dense
 // layout's kernels, the ones timed. The serving layouts' producers spilled with it (16-bit d256:

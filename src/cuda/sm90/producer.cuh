@@ -158,24 +158,14 @@ __device__ __forceinline__ void sm90_load_kv_tile(const Sm90SmemLayout<Config>& 
 
 // Config::kProducerStoresO: the TMA store of the O that consumer `consumer` staged in V stage
 // `stage`, where its store slot says (nothing for a slab without rows of the sequence, nor
-// before the CTA's first tile: kernel.cuh zeroes the slots), committed as one group.
+// before the CTA's first tile: kernel.cuh zeroes the slots).
 template <class Config>
 __device__ __forceinline__ void sm90_issue_o_store(const Sm90SmemLayout<Config>& smem,
                                                    const CUtensorMap* map_o,
                                                    const AttentionParams& params, int consumer,
                                                    int stage) {
   const Sm90OStoreSlot slot = *smem.o_store_slot(consumer);
-  if (slot.stores == 0) return;
-  const uint8_t* staged = smem.v_tile(stage);
-#pragma unroll
-  for (int block = 0; block < Config::kOutColumnBlocks; ++block) {
-    if constexpr (Config::kTransposesV) {  // as the consumer's store (epilogue.cuh)
-      if (block * Config::kOutBoxCols >= params.head_dim) break;
-    }
-    tma_store_4d(map_o, staged + block * Config::kRowsPerConsumer * kSwizzleBytes,
-                 block * Config::kOutBoxCols, slot.row, slot.head, slot.batch);
-  }
-  tma_store_commit_group();
+  if (slot.stores != 0) sm90_store_o_slab<Config>(map_o, smem.v_tile(stage), params, slot.at);
 }
 
 // Waits until consumer `consumer` has staged its O (the o_free phase of parity `parity`; the CTA's

@@ -218,6 +218,8 @@ struct Sm90TileConfig {
   // this order)
   static constexpr int kTransposeBarriers = kTransposesV ? 3 * kStages + 1 : 0;
   static constexpr int kBarrierCount = 2 + 4 * kStages + kConsumerWarpgroups + kTransposeBarriers;
+  // (By the row's switch alone, not kProducerStoresO below: that follows kOStagingInVRing, which
+  // follows these bytes. A packed kernel of such a row keeps 32 unused bytes.)
   static constexpr int kOStoreSlotsBytes =
       kRow.has(Sm90Switch::kProducerStoresO) ? kConsumerWarpgroups * kSm90OStoreSlotBytes : 0;
   static constexpr int kBarrierBytes = 8 * kBarrierCount + kSm90TileSlotBytes + kOStoreSlotsBytes;
