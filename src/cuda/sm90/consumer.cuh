@@ -12,7 +12,6 @@
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/ptx/wgmma.cuh"
 #include "cuda/sm90/pipeline.cuh"
-#include "cuda/sm90/sequence_layout.h"
 #include "cuda/sm90/smem_layout.cuh"
 #include "cuda/sm90/softmax.cuh"
 
@@ -20,7 +19,7 @@ namespace flashcore::detail {
 
 // What the 16-bit and FP8 consumer math share: the accumulator sizes and S = Q K^T, whose
 // operands are K-major for every element type.
-template <class Config, class GemmS_, class GemmSHalf_>
+template <class Config, class GemmS_>
 struct Sm90ConsumerMathBase {
   static constexpr int kHeadDim = Config::kHeadDim;
   static constexpr int kBlockN = Config::kBlockN;
@@ -30,7 +29,6 @@ struct Sm90ConsumerMathBase {
   static constexpr int kPSteps = kBlockN / kWgmmaK;  // K-steps of O += P V
   static constexpr bool kStepped = Config::kStepDescriptors;  // smem_descriptor.cuh
   using GemmS = GemmS_;
-  using GemmSHalf = GemmSHalf_;  // N = kBlockN / 2 (named only; complete where it is used)
 
   // Issues S = Q K^T (not waited for), over the Config::kComputedHeadDim columns that are not
   // zero-filled padding.
@@ -44,36 +42,12 @@ struct Sm90ConsumerMathBase {
     }
     wgmma_commit_group();
   }
-
-  // Issues S = Q K^T over the block's first kBlockN / 2 keys only, into the first half of S's
-  // accumulators (Config::kHalfFirstBlock): the accumulator layout keeps the columns in chunks of
-  // 8, four registers each in column order, so the first half of the registers holds the first
-  // half of the columns, as an N / 2 wgmma lays them out. Its B operand is the K tile's first rows:
-  // the same descriptor, read for fewer rows.
-  __device__ __forceinline__ static void issue_qk_first_half(float (&s_half)[kSAccRegs / 2],
-                                                             uint32_t q_slab, uint32_t k_tile) {
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < Config::kComputedHeadDim / kWgmmaK; ++k) {
-      GemmSHalf::ss(s_half, kmajor_descriptor<Config::kRowsPerConsumer, kStepped>(q_slab, k),
-                    kmajor_descriptor<kBlockN, kStepped>(k_tile, k), k > 0 ? 1 : 0);
-    }
-    wgmma_commit_group();
-  }
 };
-
-// The first half of an accumulator array, as an array (the registers of its first columns).
-template <int kAccRegs>
-__device__ __forceinline__ float (&accumulator_first_half(float (&acc)[kAccRegs]))[kAccRegs / 2] {
-  return *reinterpret_cast<float(*)[kAccRegs / 2]>(&acc[0]);
-}
 
 template <DType kDType, class Config>
 struct Sm90ConsumerMath
-    : Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>,
-                           WgmmaM64K16<kDType, Config::kBlockN / 2>> {
-  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>,
-                                    WgmmaM64K16<kDType, Config::kBlockN / 2>>;
+    : Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K16<kDType, Config::kBlockN>>;
   using Base::kBlockN;
   using Base::kOAccRegs;
   using Base::kPSteps;
@@ -106,10 +80,8 @@ struct Sm90ConsumerMath
 // (v_transpose.cuh); O += P V^T with B K-major. v_descale multiplies O in the epilogue.
 template <class Config>
 struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
-    : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>,
-                           WgmmaM64K32E4M3<Config::kBlockN / 2>> {
-  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>,
-                                    WgmmaM64K32E4M3<Config::kBlockN / 2>>;
+    : Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>> {
+  using Base = Sm90ConsumerMathBase<Config, WgmmaM64K32E4M3<Config::kBlockN>>;
   using Base::kOAccRegs;
   using Base::kPSteps;
   static_assert(Base::kWgmmaK == 32, "e4m3 wgmma is k32");
@@ -138,13 +110,6 @@ struct Sm90ConsumerMath<DType::kFloat8E4M3, Config>
   }
 };
 
-// Where a consumer's first KV block may be computed over its first half (Config::kHalfFirstBlock):
-// the dense layout's unpacked tiles, whose query rows are sequence positions in order, so the
-// slab's last row has its largest column limit.
-template <class Config, class Layout>
-inline constexpr bool kSm90HalfFirstBlock =
-    Config::kHalfFirstBlock && !Config::kPacksGroups && kSm90IsDenseLayout<Layout>;
-
 // The query rows this consumer thread's accumulators hold (the wgmma layout: rows warp * 16 +
 // lane / 4 and + 8, columns 2 * (lane % 4) + {0, 1} of every 8) and how far each row may look.
 template <class Config, class Layout, bool kCausal>
@@ -152,9 +117,6 @@ struct Sm90ThreadRows {
   int slab_row_begin;  // first query row of this consumer's 64-row slab
   int lane_col;        // this thread's first column within each group of 8
   int col_limit[2];    // one past the last visible key column of its two rows
-  // kSm90HalfFirstBlock: one past the last key column any row of the slab sees (its last row's
-  // limit; rows past the sequence only raise it). Otherwise unset.
-  int slab_col_limit;
 
   __device__ __forceinline__ Sm90ThreadRows(const AttentionParams& params, const Sm90Tile& tile,
                                             int consumer, int thread_in_warpgroup) {
@@ -166,19 +128,6 @@ struct Sm90ThreadRows {
     col_limit[0] = mask.col_limit(sm90_row_position(row0, group_shift));
     col_limit[1] = mask.col_limit(sm90_row_position(row0 + 8, group_shift));
     lane_col = kAccPairColumns * (lane % kAccLanesPerRow);
-    if constexpr (kSm90HalfFirstBlock<Config, Layout>) {
-      slab_col_limit = mask.col_limit(slab_row_begin + Config::kRowsPerConsumer - 1);
-    }
-  }
-
-  // Whether none of the slab's rows sees a key in the second half of KV block `n_block`
-  // (kSm90HalfFirstBlock; uniform over the warpgroup).
-  __device__ __forceinline__ bool sees_first_half_only(int n_block) const {
-    if constexpr (kSm90HalfFirstBlock<Config, Layout>) {
-      return slab_col_limit <= n_block * Config::kBlockN + Config::kBlockN / 2;
-    } else {
-      return false;
-    }
   }
 };
 

@@ -216,25 +216,9 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     mbarrier_wait_parity(smem.k_full(ring.stage), ring.phase);
     sm90_kv_block_landed<Config, Layout>(params);
     sm90_trace(Sm90Event::kKReady);
-    int n_block = kv_tiles.tile_at(dead_blocks);
-    // Config::kHalfFirstBlock: the slab sees no key of the block's second half (a causal
-    // diagonal), so S and the softmax take the first half and P's second half is 0.
-    bool half_block = false;
-    if constexpr (kComputes) half_block = rows.sees_first_half_only(n_block);
     turns.begin();
     sm90_trace(Sm90Event::kTurn);
-    if constexpr (kComputes) {
-      const uint32_t k_tile = smem_u32(smem.k_tile(ring.stage));
-      if constexpr (kSm90HalfFirstBlock<Config, Layout>) {
-        if (half_block) {
-          Math::issue_qk_first_half(accumulator_first_half(s), q_slab, k_tile);
-        } else {
-          Math::issue_qk(s, q_slab, k_tile);
-        }
-      } else {
-        Math::issue_qk(s, q_slab, k_tile);
-      }
-    }
+    if constexpr (kComputes) Math::issue_qk(s, q_slab, smem_u32(smem.k_tile(ring.stage)));
     turns.end();
     sm90_trace(Sm90Event::kIssued);
     if constexpr (kComputes) {
@@ -244,21 +228,14 @@ __device__ __forceinline__ void sm90_consume_tile(const Sm90SmemLayout<Config>& 
     sm90_trace(Sm90Event::kSReady);
     sm90_release_kv_stage<Config, Layout>(smem.k_empty(ring.stage));
     if (num_tiles == 1) release.after_last_qk();
+    int n_block = kv_tiles.tile_at(dead_blocks);
     if constexpr (kComputes) {
-      const int first_col = n_block * Config::kBlockN + rows.lane_col;
-      // O is still 0: scaling it by the correction is a no-op.
-      if (kSm90HalfFirstBlock<Config, Layout> && half_block) {
-        float(&s_half)[Math::kSAccRegs / 2] = accumulator_first_half(s);
-        mask_columns(s_half, first_col, rows.col_limit[0], rows.col_limit[1]);
-        sm90_softmax_update<Config>(softmax, s_half, scale_log2, correction);
-#pragma unroll
-        for (int i = Math::kSAccRegs / 2; i < Math::kSAccRegs; ++i) s[i] = 0.0f;
-      } else {
-        if (n_block >= first_masked) {
-          mask_columns(s, first_col, rows.col_limit[0], rows.col_limit[1]);
-        }
-        sm90_softmax_update<Config>(softmax, s, scale_log2, correction);
+      if (n_block >= first_masked) {
+        mask_columns(s, n_block * Config::kBlockN + rows.lane_col, rows.col_limit[0],
+                     rows.col_limit[1]);
       }
+      // O is still 0: scaling it by this is a no-op.
+      sm90_softmax_update<Config>(softmax, s, scale_log2, correction);
       accumulator_to_a_fragments<kDType>(s, p);
     }
     sm90_trace(Sm90Event::kSoftmaxDone);

@@ -177,10 +177,6 @@ struct Sm90TileConfig {
   static constexpr int kRow0FirstChunks =
       kRow.has(Sm90Switch::kRow0ExpFirst) && !kPacksGroups ? kRow0ExpFirstChunks : 0;
   static constexpr int kFmaExpPeriod = kRow.fma_exp_period;
-  static constexpr bool kHalfFirstBlock = kRow.has(Sm90Switch::kHalfFirstBlock);
-  static_assert(!kHalfFirstBlock || (kRow.causal && kBlockN % 32 == 0),
-                "kHalfFirstBlock: causal rows whose half block is whole softmax chunks and "
-                "wgmma N (a multiple of 16)");
   static_assert(kFmaExpPeriod >= 0, "fma_exp_period: 0 (none) or one chunk in that many");
   // Packed tiles always skip: a decode tile has G rows of its 64 x consumers.
   static constexpr bool kSkipsRowlessConsumers =

@@ -116,13 +116,6 @@ enum class Sm90Switch : unsigned {
   // (producer.cuh), their 24-register producer spilling more, and the causal row alone unprobed
   // 0.994x: they keep kLoneStoreWait (docs/kernels.md, runs 340-343).
   kProducerStoresO = 1u << 16,
-  // Under a causal mask, a consumer whose rows see none of the keys in the second half of its first
-  // KV block (its diagonal block: a 64-row slab starting at a block's first key sees at most 64 of
-  // its keys) computes S = Q K^T and the softmax of that block over the first half only, and
-  // takes P of the second half as 0 (consumer_overlap.cuh): half the first GEMM and exponentials,
-  // which every tile waits for before its first P V. Dense layout, unpacked tiles
-  // (kSm90HalfFirstBlock); BLOCK_N / 2 must be a generated wgmma N.
-  kHalfFirstBlock = 1u << 17,
 };
 constexpr Sm90Switch operator|(Sm90Switch a, Sm90Switch b) {
   return static_cast<Sm90Switch>(static_cast<unsigned>(a) | static_cast<unsigned>(b));
@@ -199,7 +192,6 @@ constexpr Sm90Switch kRow0First = Sm90Switch::kRow0ExpFirst;
 constexpr Sm90Switch kLeaderWaits = Sm90Switch::kLeaderWaitsKv;
 constexpr Sm90Switch kLeaderTurns = Sm90Switch::kTurnsWhereLeaderWaits;
 constexpr Sm90Switch kProducerStores = Sm90Switch::kProducerStoresO;
-constexpr Sm90Switch kHalfFirst = Sm90Switch::kHalfFirstBlock;
 }  // namespace sm90_table
 
 constexpr Sm90TuningRow kSm90TuningTable[] = {
@@ -234,11 +226,11 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
        sm90_table::kLeaderWaits, /*cluster_m=*/2, /*input_bytes=*/2, /*fma_exp_period=*/0,
        /*wave_peer=*/0, /*wave_peer_cost_pct=*/106},
     { 128, true,   512,        128, 2, 2, sm90_table::kPers, 4,
-       sm90_table::kHalfFirst | sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
     // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
     // consumers at n128: above 4k they ran 1.02-1.05x as fast as n160 (docs/kernels.md, run 133).
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kHalfFirst | sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
     // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
     // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
     // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there;
