@@ -28,6 +28,7 @@ import flashcore
 
 # The implementations and grid configs bench/compare.py uses, called the same way here.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import compare_accuracy  # noqa: E402
 import compare_grids  # noqa: E402
 import compare_runner  # noqa: E402
 
@@ -82,6 +83,19 @@ def implementations():
     return impls
 
 
+def inputs(config):
+    """q, k, v of a standard-grid config (std 1) and the call's extra arguments: fp8 inputs are
+    quantized per (batch, kv head) as compare.py does, with their descales."""
+    shape = (config.batch, config.seqlen_q, config.heads_q, config.head_dim)
+    if config.dtype != compare_grids.FP8:
+        dtype = compare_runner.TORCH_DTYPES[config.dtype]
+        return (*(torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3)), {})
+    quantized = [compare_accuracy.quantize_fp8(torch.randn(shape, device="cuda"), config.heads_kv)
+                 for _ in range(3)]
+    (q, q_descale), (k, k_descale), (v, v_descale) = quantized
+    return q, k, v, dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+
+
 def watts(power_w):
     return "n/a" if power_w is None else f"{power_w:.0f}"
 
@@ -128,7 +142,8 @@ def main():
                         help="head_dim:causal:seqlen list, e.g. 128:0:1024,64:1:1024 "
                              "(default: the 4k shapes of SHAPES)")
     parser.add_argument("--dtypes", default=",".join(compare_grids.DTYPES),
-                        help="comma list of the 16-bit dtypes to run (default: %(default)s)")
+                        help="comma list of the dtypes to run, fp16, bf16 and / or fp8 "
+                             "(default: %(default)s)")
     args = parser.parse_args()
     shapes = SHAPES
     if args.shapes:
@@ -141,13 +156,11 @@ def main():
         for dtype_name in args.dtypes.split(","):
             config = compare_grids.standard_config(seqlen, head_dim, dtype_name, causal)
             flops = config.flops()
-            dtype = compare_runner.TORCH_DTYPES[dtype_name]
-            q, k, v = (torch.randn(config.batch, seqlen, config.heads_q, head_dim, device="cuda",
-                                   dtype=dtype) for _ in range(3))
+            q, k, v, extra = inputs(config)
             for impl in implementations():
                 try:
-                    fn = impl.runner(q, k, v, causal)
-                except compare_runner.Unavailable as error:  # FA3 without fp16
+                    fn = impl.runner(q, k, v, causal, **extra)
+                except compare_runner.Unavailable as error:  # FA3 without fp16, SDPA's fp8
                     print(f"{impl.name} {dtype_name}: {error}", flush=True)
                     continue
                 context = impl.context() if hasattr(impl, "context") else contextlib.nullcontext()
