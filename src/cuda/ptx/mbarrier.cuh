@@ -60,32 +60,31 @@ __device__ __forceinline__ void mbarrier_arrive_on_cp_async(uint64_t* barrier) {
                : "memory");
 }
 
-// The asm of a parity query: `op` (try_wait or test_wait) sets a predicate, returned as 0 / 1.
-#define FLASHCORE_MBARRIER_PARITY_QUERY(op)                          \
-  "{\n"                                                              \
-  ".reg .pred ready;\n"                                              \
-  "mbarrier." op ".parity.shared::cta.b64 ready, [%1], %2;\n"        \
-  "selp.u32 %0, 1, 0, ready;\n"                                      \
-  "}\n"
+// A parity query: `op` (try_wait or test_wait) on `barrier` sets a predicate, given as 0 / 1 in
+// the uint32_t `done`.
+#define FLASHCORE_MBARRIER_PARITY_QUERY(op, done, barrier, parity)      \
+  asm volatile(                                                         \
+      "{\n"                                                             \
+      ".reg .pred ready;\n"                                             \
+      "mbarrier." op ".parity.shared::cta.b64 ready, [%1], %2;\n"       \
+      "selp.u32 %0, 1, 0, ready;\n"                                     \
+      "}\n"                                                             \
+      : "=r"(done)                                                      \
+      : "r"(smem_u32(barrier)), "r"(parity)                             \
+      : "memory")
 
 // True once the phase with the given parity has completed (does not block for long: the hardware
 // may suspend the thread for a bounded time before answering false).
 __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* barrier, uint32_t parity) {
   uint32_t done;
-  asm volatile(FLASHCORE_MBARRIER_PARITY_QUERY("try_wait")
-               : "=r"(done)
-               : "r"(smem_u32(barrier)), "r"(parity)
-               : "memory");
+  FLASHCORE_MBARRIER_PARITY_QUERY("try_wait", done, barrier, parity);
   return done != 0;
 }
 
 // The same, never blocking (a probe).
 __device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* barrier, uint32_t parity) {
   uint32_t done;
-  asm volatile(FLASHCORE_MBARRIER_PARITY_QUERY("test_wait")
-               : "=r"(done)
-               : "r"(smem_u32(barrier)), "r"(parity)
-               : "memory");
+  FLASHCORE_MBARRIER_PARITY_QUERY("test_wait", done, barrier, parity);
   return done != 0;
 }
 #undef FLASHCORE_MBARRIER_PARITY_QUERY
