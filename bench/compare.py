@@ -203,16 +203,9 @@ def anchor_names(impls, on_gpu):
 def run_fp8_config(config, args, settings, device, on_gpu, impls, record):
     """An fp8 row: float32 draws quantized per (batch, kv head), the FP8 rule's checker, every
     implementation on the fp8 tensors and descales, then the FA3 FP8 bound on flashcore's."""
-    import torch
     import compare_accuracy
     import compare_runner
-    shapes = ((config.batch, config.seqlen_q, config.heads_q, config.head_dim),
-              (config.batch, config.seqlen_k, config.heads_kv, config.head_dim))
-    q, k, v = (torch.randn(*shape, device=device) for shape in (shapes[0],) + shapes[1:] * 2)
-    (q8, q_descale), (k8, k_descale), (v8, v_descale) = (
-        compare_accuracy.quantize_fp8(x, config.heads_kv) for x in (q, k, v))
-    del q, k, v
-    descales = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    q8, k8, v8, descales = compare_accuracy.fp8_inputs(config, device)
     checker = compare_accuracy.Fp8Checker(q8, k8, v8, descales, config.causal,
                                           config.head_dim ** -0.5, args.check_rows)
     record.update(baseline_err_out=checker.baseline_err_out, tol_out=checker.tol_out,

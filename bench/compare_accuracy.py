@@ -166,6 +166,17 @@ def quantize_fp8(x, heads_kv):
     return scaled.reshape(x.shape).to(torch.float8_e4m3fn), descale.contiguous()
 
 
+def fp8_inputs(config, device):
+    """Fresh std-1 float32 draws of a config's q [b, sq, hq, d], k and v [b, sk, hkv, d], each
+    quantized by quantize_fp8: (q8, k8, v8, {q,k,v}_descale as the calls take them)."""
+    q_shape = (config.batch, config.seqlen_q, config.heads_q, config.head_dim)
+    kv_shape = (config.batch, config.seqlen_k, config.heads_kv, config.head_dim)
+    (q8, q_descale), (k8, k_descale), (v8, v_descale) = (
+        quantize_fp8(torch.randn(*shape, device=device), config.heads_kv)
+        for shape in (q_shape, kv_shape, kv_shape))
+    return q8, k8, v8, dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+
+
 def quantize_fp8_packed(x, lengths, heads_kv):
     """Packed x [total, h, d] of sequences of `lengths` -> (float8_e4m3fn tensor like x, float32
     descale [len(lengths), heads_kv]): quantize_fp8 sequence by sequence, a descale per

@@ -84,16 +84,16 @@ def implementations():
 
 
 def inputs(config):
-    """q, k, v of a standard-grid config (std 1) and the call's extra arguments: fp8 inputs are
-    quantized per (batch, kv head) as compare.py does, with their descales."""
-    shape = (config.batch, config.seqlen_q, config.heads_q, config.head_dim)
-    if config.dtype != compare_grids.FP8:
-        dtype = compare_runner.TORCH_DTYPES[config.dtype]
-        return (*(torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3)), {})
-    quantized = [compare_accuracy.quantize_fp8(torch.randn(shape, device="cuda"), config.heads_kv)
-                 for _ in range(3)]
-    (q, q_descale), (k, k_descale), (v, v_descale) = quantized
-    return q, k, v, dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    """q, k, v of a standard-grid config (std 1) and the call's extra arguments: fp8 inputs come
+    as compare.py draws them (compare_accuracy.fp8_inputs), with their descales."""
+    if config.dtype == compare_grids.FP8:
+        q, k, v, descales = compare_accuracy.fp8_inputs(config, "cuda")
+        return q, k, v, descales
+    dtype = compare_runner.TORCH_DTYPES[config.dtype]
+    q_shape = (config.batch, config.seqlen_q, config.heads_q, config.head_dim)
+    kv_shape = (config.batch, config.seqlen_k, config.heads_kv, config.head_dim)
+    return (*(torch.randn(shape, device="cuda", dtype=dtype)
+              for shape in (q_shape, kv_shape, kv_shape)), {})
 
 
 def watts(power_w):

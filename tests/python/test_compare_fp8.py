@@ -68,6 +68,25 @@ def _fp8_inputs(torch, batch=1, seqlen_q=70, seqlen_k=130, heads_q=8, heads_kv=2
     return tensors, descales
 
 
+def test_fp8_inputs_draw_a_configs_shapes_and_quantize_them(torch):
+    """compare.py's and power_probe.py's fp8 draws: q by the query side, k and v by the key side
+    (GQA, seqlen_q != seqlen_k), each quantized per (batch, kv head) as quantize_fp8 does."""
+    import compare_accuracy
+
+    config = compare_grids.Config(2, 70, 130, 8, 2, 64, "fp8", True)
+    torch.manual_seed(0)
+    q8, k8, v8, descales = compare_accuracy.fp8_inputs(config, "cpu")
+    assert q8.shape == (2, 70, 8, 64) and k8.shape == v8.shape == (2, 130, 2, 64)
+    assert {t.dtype for t in (q8, k8, v8)} == {torch.float8_e4m3fn}
+    assert sorted(descales) == ["k_descale", "q_descale", "v_descale"]
+    assert all(d.shape == (2, 2) and d.dtype == torch.float32 for d in descales.values())
+    torch.manual_seed(0)
+    q = torch.randn(2, 70, 8, 64)
+    expected_q8, expected_descale = compare_accuracy.quantize_fp8(q, 2)
+    assert torch.equal(q8.view(torch.uint8), expected_q8.view(torch.uint8))
+    torch.testing.assert_close(descales["q_descale"], expected_descale)
+
+
 def test_quantize_fp8_per_batch_and_kv_head(torch):
     import compare_accuracy
 
