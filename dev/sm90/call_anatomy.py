@@ -2,7 +2,7 @@
 flashcore.torch, SDPA cuDNN, SDPA FA2): every kernel and memset with its GPU duration and the
 gap before it, from torch.profiler, plus each implementation's median time per call between
 events (back to back, as bench/compare.py times it). Written to see what a causal FlashCore
-call pays beside its kernel (the tile-counter memset on the workspace).
+call pays beside its kernel (the tile counters zeroed on the workspace).
 
     python3 dev/sm90/call_anatomy.py 1024 64 1
 

@@ -115,7 +115,7 @@ struct AttentionArgs {
   // on sm90, the partial results of decode-sized calls that split their keys over several CTAs),
   // so that the library never allocates on the forward path. Contract: memory of the tensors'
   // device, 4-byte aligned, at least attention_workspace_bytes(args) bytes. The library zeroes
-  // what it uses with cudaMemsetAsync on args.stream before the launch (no host sync, legal
+  // what it uses with a small kernel on args.stream before the launch (no host sync, legal
   // under CUDA graph capture), so any buffer works, fresh or reused; it must not be used by
   // anything else until the call's work on args.stream has finished. Without a workspace the
   // sm90 backend falls back to a small static pool of counters that concurrent launches on

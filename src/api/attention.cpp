@@ -45,7 +45,7 @@ class CurrentDeviceGuard {
 // Hands the caller's workspace to the kernels as tile counters; without one they stay nullptr and
 // the backend uses its own. Only the sm90 kernel claims tiles today, and only its launcher knows
 // whether the row it runs does (persistent, causal): it zeroes the counters on the call's stream
-// then (asynchronous, capture-safe), so the other calls pay no memset.
+// then (asynchronous, capture-safe), so the other calls pay for no zeroing.
 void attach_workspace(Backend backend, const AttentionArgs& args, AttentionParams& p) {
   if (args.workspace == nullptr || backend != Backend::kSM90) return;
   p.tile_counters = static_cast<uint32_t*>(args.workspace);

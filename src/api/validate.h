@@ -28,7 +28,7 @@ bool is_cuda_backend(Backend backend);
 
 // Whether a call needs the causal kernels: bottom-right causal with one query row sees every key
 // (key j <= 0 + seqlen_k - 1), so decode steps run the unmasked kernels, which take their tiles in
-// a fixed stride instead of claiming them through counters that need a memset per call.
+// a fixed stride instead of claiming them through counters zeroed before each call.
 inline bool needs_causal_mask(bool causal, int64_t seqlen_q) { return causal && seqlen_q != 1; }
 
 // Workspace bytes of the sm90 split-KV partials for this call (0 when it cannot split); the

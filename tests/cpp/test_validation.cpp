@@ -226,7 +226,7 @@ TEST_F(Validation, RepeatedHostPointerMarkedCudaIsStillRejected) {
 #endif
 
 // Bottom-right causal with one query row sees every key, so decode steps take the unmasked
-// kernels (no tile-counter memset); two rows already need the mask.
+// kernels (no tile counters to zero); two rows already need the mask.
 TEST_F(Validation, OneCausalQueryRowRunsUnmasked) {
   EXPECT_FALSE(detail::needs_causal_mask(true, 1));
   EXPECT_TRUE(detail::needs_causal_mask(true, 2));

@@ -169,20 +169,23 @@ void run_sm90_forward_configured(const AttentionParams& params) {
     kv_split.early_dependents = grid + sm90_combine_blocks(params) <= num_sms;
   }
   // The general kernel (kernel.cuh), after zeroing the tile counters of a launch that claims
-  // tiles. Packed launches are programmatic dependents of the kernel before them
-  // (launch_dependent.h), whose end then overlaps their prologue.
+  // tiles in the caller's workspace. Packed launches, and those claiming launches, are
+  // programmatic dependents of the kernel before them (launch_dependent.h), whose end then
+  // overlaps their prologue.
   const auto launch_forward_kernel = [&] {
     using Mainloop = Sm90Mainloop<Config, Layout, kCausal>;
     using Epilogue = Sm90Epilogue<Config::kOutDType, Config, Layout>;
     constexpr auto kernel = sm90_forward_kernel<Layout, Mainloop, Epilogue, Scheduler>;
     raise_dynamic_smem_limit_once<kernel>(Config::kSmemBytes, params.device_index);
     Sm90TileCounters tile_counters;
+    bool after_zeroing = false;
     if constexpr (Scheduler::kClaimsTiles) {
       tile_counters = sm90_tile_counters(params);
       if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
-        FLASHCORE_CUDA_CHECK(cudaMemsetAsync(tile_counters.workspace, 0,
-                                             kTileCounterCount * sizeof(uint32_t),
-                                             params.stream));
+        sm90_zero_tile_counters<kTileCounterCount>
+            <<<1, 32, 0, params.stream>>>(tile_counters.workspace);
+        FLASHCORE_CHECK_LAUNCH();
+        after_zeroing = true;
       }
     }
     if constexpr (kClusterSize > 1) {
@@ -199,7 +202,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
           kernel, static_cast<unsigned int>(clusters * kClusterSize), Config::kThreads,
           Config::kSmemBytes, params.stream, kClusterSize, map_q, map_k, map_v, map_o, params,
           tile_counters, kv_split));
-    } else if constexpr (Config::kPacksGroups) {
+    } else if (Config::kPacksGroups || after_zeroing) {
       FLASHCORE_CUDA_CHECK(sm90_launch_dependent(kernel, static_cast<unsigned int>(grid),
                                                  Config::kThreads, Config::kSmemBytes,
                                                  params.stream, map_q, map_k, map_v, map_o,

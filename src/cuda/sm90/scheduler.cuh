@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "common/params.h"
+#include "cuda/ptx/grid_dependency.cuh"
 #include "cuda/ptx/mbarrier.cuh"
 #include "cuda/sm90/pipeline.cuh"
 #include "cuda/sm90/smem_layout.cuh"
@@ -163,13 +164,13 @@ struct Sm90TileOrder {
 
 // Tile counters of the dynamic scheduler: counter[0] counts claims, counter[1] CTAs done
 // claiming; the last of those resets both, so the counters are ready for a later launch. They
-// live in the caller's workspace (zeroed on the stream by the launcher just before the launch,
-// see AttentionArgs::workspace), or else in one slot of a static pool: a __device__ array zeroed
-// when the module loads (no allocation, no host sync, nothing that breaks graph capture; `static`
-// gives every instance TU its own pool). The launcher hands out pool slots round-robin and
-// passes the slot index. Limit: two launches in flight at once on the same slot share counters
-// and skip or repeat tiles; a captured graph keeps its slot for every replay, so callers with
-// overlapping launches pass a workspace.
+// live in the caller's workspace (zeroed on the stream just before the launch by
+// sm90_zero_tile_counters, see AttentionArgs::workspace), or else in one slot of a static pool:
+// a __device__ array zeroed when the module loads (no allocation, no host sync, nothing that
+// breaks graph capture; `static` gives every instance TU its own pool). The launcher hands out
+// pool slots round-robin and passes the slot index. Limit: two launches in flight at once on the
+// same slot share counters and skip or repeat tiles; a captured graph keeps its slot for every
+// replay, so callers with overlapping launches pass a workspace.
 inline constexpr int kSm90TileCounterPoolSlots = 256;  // pool launches in flight before a reuse
 static __device__ uint32_t sm90_tile_counter_pool[kSm90TileCounterPoolSlots * kTileCounterCount];
 
@@ -182,6 +183,19 @@ struct Sm90TileCounters {
                                 : sm90_tile_counter_pool + kTileCounterCount * pool_slot;
   }
 };
+
+// Zeroes a caller's tile counters (any content: AttentionArgs::workspace) for the claiming launch
+// after it on the stream, which is its programmatic dependent (launch_dependent.h): that launch's
+// CTAs take their SMs and load their first tiles while this one runs, and its producers wait for
+// it (grid_dependency_wait) before their first claim. A cudaMemsetAsync before a plain launch
+// cost the short causal calls 0.5-1.3% of their time as graph replays (docs/kernels.md, runs
+// 359-360). A template: every instance TU that launches it gets its own copy.
+template <int kCount>
+__global__ void sm90_zero_tile_counters(uint32_t* counters) {
+  static_assert(kCount <= 32, "one warp zeroes them");
+  grid_dependency_launch_dependents();  // the dependent's wait still waits for the writes below
+  if (threadIdx.x < kCount) counters[threadIdx.x] = 0;
+}
 
 // The tile slot: the producer writes the decoded tile before its arrival on q_full, the
 // consumers read it after their wait. Only packed kernels split the KV blocks, and only layouts
@@ -275,6 +289,9 @@ struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
       : Sm90OrderedTiles<Config, Layout, kCausal>(params), counters(counters_) {}
   __device__ __forceinline__ int next_index(int index) const {
     if constexpr (kClaims) {
+      // The counters may still be being zeroed by the kernel before this one (a caller's
+      // workspace: sm90_zero_tile_counters); once passed, the wait returns at once.
+      grid_dependency_wait();
       return static_cast<int>(gridDim.x + atomicAdd(counters.get(), 1u));
     } else {
       return index + static_cast<int>(gridDim.x);
@@ -287,6 +304,7 @@ struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase) const {
     if constexpr (kClaims) {
+      grid_dependency_wait();  // as in next_index (passed already: each CTA claims a tile)
       uint32_t* counter = counters.get();
       __threadfence();
       if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
