@@ -10,10 +10,15 @@
 #
 #   BASE=.base PASSES=2 OUT=results/ab bash tools/device/ab.sh           # base=.base new=.
 #   TREES="now=. n176=.var1" GRIDS=llm bash tools/device/ab.sh
+#   CMAKE_ARGS="-DFLASHCORE_DTYPES=fp8 -DFLASHCORE_HEAD_DIMS=128" SHAPES=my_shapes.txt \
+#     COMPARE_ARGS="--dtypes fp8 --impls flashcore,fa3" PASSES=3 bash tools/device/ab.sh
 #
 # Environment: TREES (name=dir ..., default "base=$BASE new=."), BASE (default .base), PASSES
 # (rounds, default 2), OUT (default results/ab), GRIDS (compare.py grids, default "standard
-# decode"), COMPARE_ARGS (extra compare.py flags), JOBS, ARCHS (default 90a), PYTHON.
+# decode"; "shapes" alone where SHAPES is set), SHAPES (a compare.py --shapes file, timed as the
+# grid named "shapes"), COMPARE_ARGS (extra compare.py flags), CMAKE_ARGS (extra configure flags
+# of every tree: a build of the instances a change touches, FLASHCORE_DTYPES / _HEAD_DIMS, takes
+# about half the full one's minutes), JOBS, ARCHS (default 90a), PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BASE=${BASE:-.base}
@@ -21,7 +26,13 @@ PASSES=${PASSES:-2}
 OUT=${OUT:-results/ab}
 ARCHS=${ARCHS:-90a}
 JOBS=${JOBS:-$(nproc)}
-GRIDS=${GRIDS:-standard decode}
+SHAPES=${SHAPES:-}
+if [ -n "$SHAPES" ]; then
+  [ -f "$SHAPES" ] || { echo "ab.sh: SHAPES=$SHAPES: no such file" >&2; exit 2; }
+  GRIDS=${GRIDS:-shapes}
+else
+  GRIDS=${GRIDS:-standard decode}
+fi
 PYTHON=${PYTHON:-python3}
 TREES=${TREES:-"base=$BASE new=."}
 mkdir -p "$OUT"
@@ -34,9 +45,10 @@ for tree in $TREES; do
 done
 
 build() {  # build SOURCE_DIR BUILD_DIR LOG: the Python module only
+  # shellcheck disable=SC2086  # CMAKE_ARGS is a list of flags
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHCORE_CUDA_ARCHS="$ARCHS" \
     -DFLASHCORE_BUILD_TESTS=OFF -DFLASHCORE_BUILD_BENCH=OFF -DFLASHCORE_BUILD_PYTHON=ON \
-    -DPython_EXECUTABLE="$(command -v "$PYTHON")" >"$3" 2>&1 &&
+    -DPython_EXECUTABLE="$(command -v "$PYTHON")" ${CMAKE_ARGS:-} >"$3" 2>&1 &&
     cmake --build "$2" -j "$JOBS" >>"$3" 2>&1
 }
 echo "== building ${names[*]} (archs $ARCHS)"
@@ -62,9 +74,10 @@ for pass in $(seq 1 "$PASSES"); do
   for side in "${order[@]}"; do
     for grid in $GRIDS; do
       start=$SECONDS
+      if [ "$grid" = shapes ]; then what=(--shapes "$SHAPES"); else what=(--grid "$grid"); fi
       # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
       PYTHONPATH="build-ab-$side/python${PYTHONPATH:+:$PYTHONPATH}" timeout 600 "$PYTHON" \
-        bench/compare.py --grid "$grid" --impls flashcore --backend sm90 --timing graph \
+        bench/compare.py "${what[@]}" --impls flashcore --backend sm90 --timing graph \
         --skip-ceilings --check-rows 16 ${COMPARE_ARGS:-} --out "$OUT/${grid}_${side}_${pass}" \
         >"$OUT/${grid}_${side}_${pass}.log" 2>&1
       echo "pass $pass $side $grid: rc=$? $((SECONDS - start)) s"
