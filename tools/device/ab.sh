@@ -33,6 +33,10 @@ if [ -n "$SHAPES" ]; then
 else
   GRIDS=${GRIDS:-standard decode}
 fi
+case " $GRIDS " in
+  *" shapes "*)
+    [ -n "$SHAPES" ] || { echo "ab.sh: the grid 'shapes' needs SHAPES=<file>" >&2; exit 2; } ;;
+esac
 PYTHON=${PYTHON:-python3}
 TREES=${TREES:-"base=$BASE new=."}
 mkdir -p "$OUT"
