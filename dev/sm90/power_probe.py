@@ -87,8 +87,7 @@ def inputs(config):
     """q, k, v of a standard-grid config (std 1) and the call's extra arguments: fp8 inputs come
     as compare.py draws them (compare_accuracy.fp8_inputs), with their descales."""
     if config.dtype == compare_grids.FP8:
-        q, k, v, descales = compare_accuracy.fp8_inputs(config, "cuda")
-        return q, k, v, descales
+        return compare_accuracy.fp8_inputs(config, "cuda")
     dtype = compare_runner.TORCH_DTYPES[config.dtype]
     q_shape = (config.batch, config.seqlen_q, config.heads_q, config.head_dim)
     kv_shape = (config.batch, config.seqlen_k, config.heads_kv, config.head_dim)

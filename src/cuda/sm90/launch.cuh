@@ -183,7 +183,7 @@ void run_sm90_forward_configured(const AttentionParams& params) {
       tile_counters = sm90_tile_counters(params);
       if (tile_counters.workspace != nullptr) {  // the caller's memory: any content, zero it
         sm90_zero_tile_counters<kTileCounterCount>
-            <<<1, 32, 0, params.stream>>>(tile_counters.workspace);
+            <<<1, kSm90ZeroCountersThreads, 0, params.stream>>>(tile_counters.workspace);
         FLASHCORE_CHECK_LAUNCH();
         after_zeroing = true;
       }

@@ -187,12 +187,14 @@ struct Sm90TileCounters {
 // Zeroes a caller's tile counters (any content: AttentionArgs::workspace) for the claiming launch
 // after it on the stream, which is its programmatic dependent (launch_dependent.h): that launch's
 // CTAs take their SMs and load their first tiles while this one runs, and its producers wait for
-// it (grid_dependency_wait) before their first claim. A cudaMemsetAsync before a plain launch
-// cost the short causal calls 0.5-1.3% of their time as graph replays (docs/kernels.md, runs
-// 359-360). A template: every instance TU that launches it gets its own copy.
+// it (grid_dependency_wait in next_index) before their first claim. A cudaMemsetAsync before a
+// plain launch cost the short causal calls 0.5-1.3% of their time as graph replays
+// (docs/kernels.md, runs 359-360). A template: every instance TU that launches it gets its own
+// copy.
+constexpr int kSm90ZeroCountersThreads = 32;  // one warp, a thread a counter
 template <int kCount>
 __global__ void sm90_zero_tile_counters(uint32_t* counters) {
-  static_assert(kCount <= 32, "one warp zeroes them");
+  static_assert(kCount <= kSm90ZeroCountersThreads, "a thread a counter");
   grid_dependency_launch_dependents();  // the dependent's wait still waits for the writes below
   if (threadIdx.x < kCount) counters[threadIdx.x] = 0;
 }
@@ -304,7 +306,9 @@ struct Sm90PersistentScheduler : Sm90OrderedTiles<Config, Layout, kCausal> {
   __device__ __forceinline__ void producer_done(const Sm90SmemLayout<Config>& smem,
                                                 uint32_t q_phase) const {
     if constexpr (kClaims) {
-      grid_dependency_wait();  // as in next_index (passed already: each CTA claims a tile)
+      // Every CTA has claimed (next_index) before it gets here, so this wait returns at once; it
+      // keeps the reset after the zeroing without leaning on that.
+      grid_dependency_wait();
       uint32_t* counter = counters.get();
       __threadfence();
       if (atomicAdd(counter + 1, 1u) == gridDim.x - 1) {
