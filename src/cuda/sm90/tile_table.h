@@ -53,11 +53,13 @@ enum class Sm90Switch : unsigned {
   // constant, one add a wgmma, instead of each encoded from its address (smem_descriptor.cuh):
   // 5-16% fewer instructions a KV step. On the 16-bit non-causal rows 1.002-1.015x, on the fp8
   // rows 1.001-1.008x; the 16-bit causal rows ran the LLM shapes 0.992-0.996x with it (runs
-  // 177-180): the d64 causal rows and the d128 causal rows up to 2k keep the encoded ones. The
-  // d128 causal row above 2k (three consumers) takes it, and the d256 causal row: 0.999x / 1.005x
-  // over the grid's d256 causal configs and 1.014x / 1.009x on the Gemma-like 8k in two H200
-  // runs (docs/kernels.md, runs 320 and 322; 0.964x there in run 248 on the H100, before its
-  // leader's waits).
+  // 177-180): the d64 causal rows and the d128 causal row up to 512 queries keep the encoded
+  // ones. The d128 causal row above 2k (three consumers) takes it, and the d256 causal row:
+  // 0.999x / 1.005x over the grid's d256 causal configs and 1.014x / 1.009x on the Gemma-like 8k
+  // in two H200 runs (docs/kernels.md, runs 320 and 322; 0.964x there in run 248 on the H100,
+  // before its leader's waits). So does the d128 causal row up to 2k since its leader's waits:
+  // 1.005x over eight 1k-2k configs in 14 H200 passes, none below 0.999x, the untouched
+  // controls 0.998-1.003x (run 363).
   kStepDescriptors = 1u << 10,
   // A consumer's wait for its own P V after the softmax's last exponential (consumer_overlap.cuh),
   // where ptxas would put it after about a third of them. The fp8 d64 rows of 160 keys ran
@@ -230,7 +232,7 @@ constexpr Sm90TuningRow kSm90TuningTable[] = {
     // Up to 2k queries, and where a chunked prefill's tiles fill the waves better (below), two
     // consumers at n128: above 4k they ran 1.02-1.05x as fast as n160 (docs/kernels.md, run 133).
     { 128, true,   2048,       128, 2, 2, sm90_table::kPers, sm90_table::kL2,
-       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits},
+       sm90_table::kUnderQk | sm90_table::kLazy | sm90_table::kLeaderWaits | sm90_table::kStepDesc},
     // Above 2k, three consumers at n80 (192-row tiles, 2/3 of n128's K/V bytes a score) in 32 MiB
     // L2 sections. As graph replays against the n128 row: 8k-32k 1.02-1.04x (GQA 4:1 and 8:1,
     // MQA, 16-head MHA), Qwen-like 3000 x 2 1.05x, 4k 0.98-1.01x, 2k 0.93-0.99x (so not there;
