@@ -35,6 +35,8 @@
 #                 (default /tmp/flashcore-anchors, put first on PYTHONPATH)
 #   EXTRA         extra shell commands, run last as their own step (log: extra.log)
 #   CMAKE_ARGS    extra configure flags                        JOBS (default: all cores)
+#   ARCHIVE       a .tgz path outside OUT: OUT packed into one file at the end (where the files
+#                 that come back from a machine are counted, e.g. ARCHIVE=$OUT.tgz)
 #   *_TIMEOUT     seconds per step: BUILD (480), TEST (300), BENCH (180), COMPARE (420)
 # Without a GPU (or before any CUDA kernel works) the CPU steps still run and report: the CPU
 # backend through flashcore-bench and compare.py on the tiny grid.
@@ -262,4 +264,8 @@ fi
     [ -f "$table" ] && { cat "$table"; echo; }
   done
 } | tee "$OUT/summary.txt"
+if [ -n "${ARCHIVE:-}" ]; then
+  tar -czf "$ARCHIVE" -C "$(dirname "$OUT")" "$(basename "$OUT")" ||
+    { echo "check.sh: could not pack $OUT into $ARCHIVE" >&2; FAILED=1; }
+fi
 exit "$FAILED"
