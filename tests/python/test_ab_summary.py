@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools", "device"))
 import ab_summary  # noqa: E402
 
@@ -58,3 +60,31 @@ def test_a_missing_tree_fails(tmp_path, capsys):
     write_run(tmp_path, "f8", "base", 1, "flashcore[sm90]", {"d64 4k": (1.0, 1.0)}, "compare.json")
     assert ab_summary.main(["ab_summary", str(tmp_path), "--trees", "base,new", "f8"]) == 1
     assert "## f8: no results for new" in capsys.readouterr().out
+
+
+def test_same_pass_wins_and_controls(tmp_path, capsys):
+    # The new tree wins the touched config in two passes of three and the control in one.
+    touched = [(1.00, 0.98), (1.00, 0.99), (1.00, 1.01)]  # (base ms, new ms) per pass
+    control = [(0.50, 0.49), (0.50, 0.51), (0.50, 0.52)]
+    for run, ((tb, tn), (cb, cn)) in enumerate(zip(touched, control), start=1):
+        write_run(tmp_path, "shapes", "base", run, "flashcore[sm90]",
+                  {"chunk-2k": (tb, 1.0), "ctl-4k": (cb, 0.5)}, "compare.json")
+        write_run(tmp_path, "shapes", "new", run, "flashcore[sm90]",
+                  {"chunk-2k": (tn, 1.0), "ctl-4k": (cn, 0.5)}, "compare.json")
+    args = ["ab_summary", str(tmp_path), "--trees", "base,new", "shapes"]
+    assert ab_summary.main(args) == 0
+    assert "new / base per pass: geomean" in capsys.readouterr().out
+    assert ab_summary.main(args[:-1] + ["--controls", "^ctl-", "shapes"]) == 0
+    out = capsys.readouterr().out
+    assert "new / base touched: geomean 1.0101 over 1, faster in 2 of 3 same-pass pairs (67%)" \
+        in out
+    assert "new / base controls: geomean 0.9804 over 1, faster in 1 of 3 same-pass pairs (33%)" \
+        in out
+
+
+def test_a_bad_controls_pattern_is_refused(tmp_path, capsys):
+    write_run(tmp_path, "f8", "base", 1, "flashcore[sm90]", {"d64 4k": (1.0, 1.0)}, "compare.json")
+    with pytest.raises(SystemExit) as exit_:
+        ab_summary.main(["ab_summary", str(tmp_path), "--controls", "(", "f8"])
+    assert exit_.value.code == 2
+    assert "--controls '('" in capsys.readouterr().err

@@ -18,7 +18,9 @@
 # decode"; "shapes" alone where SHAPES is set), SHAPES (a compare.py --shapes file, timed as the
 # grid named "shapes"), COMPARE_ARGS (extra compare.py flags), CMAKE_ARGS (extra configure flags
 # of every tree: a build of the instances a change touches, FLASHCORE_DTYPES / _HEAD_DIMS, takes
-# about half the full one's minutes), JOBS, ARCHS (default 90a), PYTHON.
+# about half the full one's minutes), CONTROLS (a regular expression naming the configs the change
+# does not touch: ab_summary.py counts their same-pass wins apart), JOBS, ARCHS (default 90a),
+# PYTHON.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BASE=${BASE:-.base}
@@ -89,6 +91,8 @@ for pass in $(seq 1 "$PASSES"); do
   done
 done
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv >>"$OUT/gpu.txt" 2>&1
+controls=()
+[ -z "${CONTROLS:-}" ] || controls=(--controls "$CONTROLS")
 # shellcheck disable=SC2086  # GRIDS is a list
-"$PYTHON" tools/device/ab_summary.py "$OUT" --trees "$(IFS=,; echo "${names[*]}")" $GRIDS |
-  tee "$OUT/summary.md"
+"$PYTHON" tools/device/ab_summary.py "$OUT" --trees "$(IFS=,; echo "${names[*]}")" \
+  "${controls[@]}" $GRIDS | tee "$OUT/summary.md"

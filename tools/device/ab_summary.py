@@ -10,7 +10,13 @@ column where the two disagree.
 Reads OUT_DIR/<grid>_<tree>_<pass>/compare.json, or compare_serving.json (`compare.py --grid
 serving`, whose FlashCore column is `flashcore` and whose FA3 column times only its rows).
 
+Per tree, how often it ran faster than the first in the same pass: a change under the passes'
+spread shows as a share of wins above the controls' (configs the change does not touch, named
+by --controls), which a ratio of medians alone does not tell from noise (docs/kernels.md, run
+363: 60% of the touched pairs against 64% of the controls').
+
   python3 tools/device/ab_summary.py OUT_DIR --trees base,new GRID [GRID ...]
+  python3 tools/device/ab_summary.py OUT_DIR --trees base,new --controls 'ctl-|512' shapes
   (markdown on stdout; exit 1 if a grid lacks a tree)
 """
 import argparse
@@ -69,7 +75,25 @@ def anchor_ratio(passes, config):
     return statistics.median(ratios) if ratios else None
 
 
-def summarize(grid, runs, trees):
+def same_pass_wins(runs, tree, ref, keys):
+    """(pairs where `tree` ran faster than `ref` in the same pass, pairs) over `keys`."""
+    wins = pairs = 0
+    for run, times in runs[tree].items():
+        ref_times = runs[ref].get(run, {})
+        for key in keys:
+            if key in times and key in ref_times:
+                pairs += 1
+                wins += times[key][0] < ref_times[key][0]
+    return wins, pairs
+
+
+def wins_line(label, ratios, wins, pairs):
+    share = f" ({100 * wins / pairs:.0f}%)" if pairs else ""
+    return (f"{label}: geomean {geomean(ratios):.4f} over {len(ratios)}, faster in {wins} of "
+            f"{pairs} same-pass pairs{share}")
+
+
+def summarize(grid, runs, trees, controls=None):
     missing = [t for t in trees if t not in runs]
     if missing:
         return [f"## {grid}: no results for {', '.join(missing)}"], False
@@ -129,6 +153,15 @@ def summarize(grid, runs, trees):
                          f"lowest {min(values):.3f}, highest {max(values):.3f}; below "
                          f"{FLAG_BELOW}: {len(low)}")
             lines += [f"  below: {name} {v:.3f}" for v, name in low]
+    for t in trees[1:]:
+        if controls is None:
+            lines.append(wins_line(f"{t} / {ref} per pass", ratios[t],
+                                   *same_pass_wins(runs, t, ref, keys)))
+            continue
+        for label, chosen in (("touched", False), ("controls", True)):
+            picked = [(r, k) for r, k in zip(ratios[t], keys) if bool(controls.search(k)) == chosen]
+            lines.append(wins_line(f"{t} / {ref} {label}", [r for r, _ in picked],
+                                   *same_pass_wins(runs, t, ref, [k for _, k in picked])))
     if spreads:
         lines.append(f"same tree between passes: median spread {statistics.median(spreads):.3f}, "
                      f"largest {max(spreads):.3f}")
@@ -140,11 +173,18 @@ def main(argv):
     parser.add_argument("out_dir")
     parser.add_argument("grids", nargs="+")
     parser.add_argument("--trees", default="base,new", help="tree names, the reference first")
+    parser.add_argument("--controls", metavar="REGEX",
+                        help="configs the change does not touch (a regular expression searched "
+                             "in each config's name): their wins counted apart")
     args = parser.parse_args(argv[1:])
     trees = [t for t in args.trees.split(",") if t]
+    try:
+        controls = re.compile(args.controls) if args.controls else None
+    except re.error as error:
+        parser.error(f"--controls {args.controls!r}: {error}")
     ok = True
     for grid in args.grids:
-        lines, complete = summarize(grid, load(args.out_dir, grid, trees), trees)
+        lines, complete = summarize(grid, load(args.out_dir, grid, trees), trees, controls)
         ok = ok and complete
         print("\n".join(lines) + "\n")
     return 0 if ok else 1
