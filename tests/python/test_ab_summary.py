@@ -80,6 +80,9 @@ def test_same_pass_wins_and_controls(tmp_path, capsys):
         in out
     assert "new / base controls: geomean 0.9804 over 1, faster in 1 of 3 same-pass pairs (33%)" \
         in out
+    # A pattern that names no config says so instead of a geomean over nothing.
+    assert ab_summary.main(args[:-1] + ["--controls", "^none-", "shapes"]) == 0
+    assert "new / base controls: no config" in capsys.readouterr().out
 
 
 def test_a_bad_controls_pattern_is_refused(tmp_path, capsys):

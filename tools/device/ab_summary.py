@@ -160,6 +160,9 @@ def summarize(grid, runs, trees, controls=None):
             continue
         for label, chosen in (("touched", False), ("controls", True)):
             picked = [(r, k) for r, k in zip(ratios[t], keys) if bool(controls.search(k)) == chosen]
+            if not picked:
+                lines.append(f"{t} / {ref} {label}: no config")
+                continue
             lines.append(wins_line(f"{t} / {ref} {label}", [r for r, _ in picked],
                                    *same_pass_wins(runs, t, ref, [k for _, k in picked])))
     if spreads:
