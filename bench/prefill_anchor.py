@@ -12,7 +12,7 @@ kernel's gpu__time_duration instead, for both implementations, under the same cl
     python3 bench/prefill_anchor.py --impl flashcore --dtype fp16 --seqlen 4096 --head-dim 128
 
 The standard grid's shapes by default: batch 16384 / seqlen, heads 2048 / head_dim, q, k and v
-std-1 normals.
+std-1 normals; --kv-heads makes k and v grouped-query (Llama-3-8B: --heads 32 --kv-heads 8).
 """
 
 import argparse
@@ -31,23 +31,30 @@ def parse_args(argv):
     parser.add_argument("--seqlen", type=int, default=4096)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--batch", type=int, help="default: 16384 / seqlen")
-    parser.add_argument("--heads", type=int, help="default: 2048 / head_dim")
+    parser.add_argument("--heads", type=int, help="query heads; default: 2048 / head_dim")
+    parser.add_argument("--kv-heads", type=int, help="key / value heads; default: --heads")
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--calls", type=int, default=5, help="calls after one warm-up call")
     args = parser.parse_args(argv)
-    for name in ("seqlen", "head_dim", "calls"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for name in ("seqlen", "head_dim", "calls", "batch", "heads", "kv_heads"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive, got {value}")
     args.batch = args.batch or max(1, STANDARD_TOKENS // args.seqlen)
     args.heads = args.heads or max(1, STANDARD_HIDDEN // args.head_dim)
+    args.kv_heads = args.kv_heads or args.heads
+    if args.heads % args.kv_heads:
+        parser.error(f"--heads {args.heads} must be a multiple of --kv-heads {args.kv_heads}")
     return args
 
 
 def make_inputs(args):
-    """float32 q, k, v [batch, seqlen, heads, head_dim]."""
+    """float32 q [batch, seqlen, heads, head_dim], k and v [batch, seqlen, kv_heads, head_dim]."""
     rng = np.random.default_rng(0)
-    shape = (args.batch, args.seqlen, args.heads, args.head_dim)
-    return tuple(rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    q_shape = (args.batch, args.seqlen, args.heads, args.head_dim)
+    kv_shape = (args.batch, args.seqlen, args.kv_heads, args.head_dim)
+    return tuple(rng.standard_normal(shape, dtype=np.float32)
+                 for shape in (q_shape, kv_shape, kv_shape))
 
 
 def run_fa3_jax(args, q, k, v):
@@ -96,7 +103,8 @@ def main(argv=None):
     run = {"fa3-jax": run_fa3_jax, "fa3": run_fa3_wheel, "flashcore": run_flashcore}[args.impl]
     out = run(args, q, k, v)
     print(json.dumps({"impl": args.impl, "dtype": args.dtype, "batch": args.batch,
-                      "seqlen": args.seqlen, "heads": args.heads, "head_dim": args.head_dim,
+                      "seqlen": args.seqlen, "heads": args.heads, "kv_heads": args.kv_heads,
+                      "head_dim": args.head_dim,
                       "causal": args.causal, "finite": bool(np.isfinite(out).all()),
                       "out_abs_mean": float(np.abs(out).mean())}))
 

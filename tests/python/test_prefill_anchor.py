@@ -23,10 +23,23 @@ def test_standard_grid_shape_by_default():
     assert q.shape == k.shape == v.shape == (1, 16, 2, 8)
 
 
+def test_grouped_query_heads():
+    args = prefill_anchor.parse_args(["--impl", "fa3", "--dtype", "bf16", "--seqlen", "2048"])
+    assert args.kv_heads == args.heads == 16
+    args = prefill_anchor.parse_args(["--impl", "flashcore", "--seqlen", "16", "--head-dim", "8",
+                                      "--batch", "2", "--heads", "8", "--kv-heads", "2"])
+    q, k, v = prefill_anchor.make_inputs(args)
+    assert q.shape == (2, 16, 8, 8) and k.shape == v.shape == (2, 16, 2, 8)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--impl", "flashcore", "--seqlen", "0"], "--seqlen must be positive, got 0"),
     (["--impl", "flashcore", "--calls", "-1"], "--calls must be positive, got -1"),
     (["--impl", "cudnn"], "invalid choice: 'cudnn'"),
+    (["--impl", "flashcore", "--kv-heads", "0"], "--kv-heads must be positive, got 0"),
+    (["--impl", "flashcore", "--heads", "-2"], "--heads must be positive, got -2"),
+    (["--impl", "flashcore", "--heads", "32", "--kv-heads", "5"],
+     "--heads 32 must be a multiple of --kv-heads 5"),
 ])
 def test_bad_arguments_name_the_flag(argv, message, capsys):
     with pytest.raises(SystemExit):
