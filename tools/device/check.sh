@@ -40,7 +40,8 @@
 #   *_TIMEOUT     seconds per step: BUILD (480), TEST (300), BENCH (180), COMPARE (420)
 # Without a GPU (or before any CUDA kernel works) the CPU steps still run and report: the CPU
 # backend through flashcore-bench and compare.py on the tiny grid.
-# Exit code: 0 when every step passed, 1 otherwise. The step summary and the compare table are
+# Exit code: 0 when every step passed, 1 otherwise, 2 for a setting it refuses (PASSES, ARCHIVE)
+# before any step. The step summary and the compare table are
 # printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -54,6 +55,14 @@ fi
 OUT=${OUT:-./results}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+if [ -n "${ARCHIVE:-}" ]; then  # packed at the end: a file inside OUT would be packed into itself
+  archive_dir=$(cd "$(dirname "$ARCHIVE")" 2>/dev/null && pwd) ||
+    { echo "check.sh: ARCHIVE=$ARCHIVE: its folder does not exist" >&2; exit 2; }
+  case "$archive_dir/" in
+    "$OUT"/*) echo "check.sh: ARCHIVE=$ARCHIVE lies inside OUT=$OUT; name a path outside it" >&2
+              exit 2 ;;
+  esac
+fi
 ARCHS=${ARCHS:-90a}
 GRID=${GRID:-quick}
 BUILD_DIR=${BUILD_DIR:-build}
