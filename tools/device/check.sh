@@ -41,8 +41,7 @@
 # Without a GPU (or before any CUDA kernel works) the CPU steps still run and report: the CPU
 # backend through flashcore-bench and compare.py on the tiny grid.
 # Exit code: 0 when every step passed, 1 otherwise, 2 for a setting it refuses (PASSES, ARCHIVE)
-# before any step. The step summary and the compare table are
-# printed last.
+# before any step. The step summary and the compare table are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 REPO=$(pwd)
